@@ -1,0 +1,115 @@
+"""Time GPU work honestly: CUDA events, warm-up, L2 flushed, median and spread.
+
+Introduced in chapter 1, which shows why each of these matters. A single host
+timer around a launch measures the launch call, not the kernel; the first runs
+pay for module loading and clock ramp-up; and an input that fits in the 60 MiB
+L2 of an H200 is served from cache on the second repetition, inflating the
+bandwidth. So: events on the GPU's own timeline, a few warm-up runs, a write
+over a buffer twice the L2's size before every repetition, and the median of
+many repetitions with the spread beside it. Before the repetitions, a tiny
+kernel holds the GPU while the host queues all of them, so no host-side gap
+(Python issuing the next launch) is ever inside a timed region.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .device import DeviceArray, _driver, check, gpu
+
+
+@dataclass(frozen=True)
+class Timing:
+    ms: float  # median
+    ms_q1: float  # 25th percentile
+    ms_q3: float  # 75th percentile
+    ms_min: float
+    ms_max: float
+    reps: int
+    l2_flushed: bool
+
+    def gbs(self, nbytes: int) -> float:
+        """Achieved bandwidth in GB/s (10^9 bytes per second) for nbytes moved."""
+        return nbytes / (self.ms * 1e-3) / 1e9
+
+
+_flush_buffer = None
+
+
+def flush_l2():
+    """Overwrite a buffer twice the size of L2, evicting whatever a kernel left there."""
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = DeviceArray((2 * gpu().l2_bytes // 4,), np.uint32)
+    cu = _driver()
+    check(cu.cuMemsetD32Async(_flush_buffer.ptr, 0, _flush_buffer.size, cu.CUstream(0)),
+          "flushing L2 (cuMemsetD32Async)")
+
+
+def hold_gpu(milliseconds: float):
+    """Queue a kernel that keeps the GPU busy for ``milliseconds`` (kernels/timing.cu)."""
+    from .compiler import compile_kernels
+    kernel = compile_kernels("timing.cu", ["hold_gpu"]).kernel("hold_gpu")
+    kernel(1, 1, ctypes.c_ulonglong(int(milliseconds * 1e6)))
+
+
+def _events(count):
+    cu = _driver()
+    return [check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+            for _ in range(count)]
+
+
+def _elapsed_ms(start, end) -> float:
+    cu = _driver()
+    elapsed = getattr(cu, "cuEventElapsedTime_v2", None) or cu.cuEventElapsedTime
+    return check(elapsed(start, end), "cuEventElapsedTime")
+
+
+def time_gpu(run, *, reps: int = None, warmup: int = 3, flush: bool = True,
+             budget_ms: float = 400.0, min_reps: int = 10, max_reps: int = 200) -> Timing:
+    """Time ``run()`` (which enqueues GPU work on the default stream).
+
+    Each repetition: flush L2 (outside the timed region), record an event, run,
+    record an event. With ``reps=None`` the count is chosen so the whole
+    measurement takes about ``budget_ms`` (between min_reps and max_reps).
+    """
+    cu = _driver()
+    stream = cu.CUstream(0)
+    for _ in range(warmup):
+        run()
+    check(cu.cuCtxSynchronize(), "warm-up (cuCtxSynchronize)")
+    # One probe: the GPU time of a repetition, and the host time to queue one.
+    start, end = _events(2)
+    queued = time.perf_counter()
+    if flush:
+        flush_l2()
+    check(cu.cuEventRecord(start, stream), "cuEventRecord")
+    run()
+    check(cu.cuEventRecord(end, stream), "cuEventRecord")
+    host_ms = (time.perf_counter() - queued) * 1e3
+    check(cu.cuEventSynchronize(end), "cuEventSynchronize")
+    once = max(_elapsed_ms(start, end), 1e-3)
+    for e in (start, end):
+        cu.cuEventDestroy(e)
+    if reps is None:
+        reps = int(np.clip(budget_ms / (once + (0.05 if flush else 0.0)), min_reps, max_reps))
+    events = _events(2 * reps)
+    try:
+        hold_gpu(min(2.0 * reps * host_ms + 0.5, 500.0))  # the host queues every repetition meanwhile
+        for r in range(reps):
+            if flush:
+                flush_l2()
+            check(cu.cuEventRecord(events[2 * r], stream), "cuEventRecord")
+            run()
+            check(cu.cuEventRecord(events[2 * r + 1], stream), "cuEventRecord")
+        check(cu.cuEventSynchronize(events[-1]), "waiting for the timed runs (cuEventSynchronize)")
+        times = np.array([_elapsed_ms(events[2 * r], events[2 * r + 1]) for r in range(reps)])
+    finally:
+        for e in events:
+            cu.cuEventDestroy(e)
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return Timing(ms=float(median), ms_q1=float(q1), ms_q3=float(q3), ms_min=float(times.min()),
+                  ms_max=float(times.max()), reps=reps, l2_flushed=flush)

@@ -1,0 +1,98 @@
+"""Compile with NVRTC, cache, read resources and SASS: all without a GPU."""
+import pytest
+
+import helpers
+from helpers import compiler
+from helpers.copy_kernels import CopyVariant, ladder
+
+
+def test_compiles_a_template_instance_to_a_cubin(fresh_cache):
+    compiled = helpers.compile_kernels("copy.cu", ["copy_packed<float, 4, 256, 1>"], arch="sm_90")
+    assert compiled.cubin[:4] == b"\x7fELF"
+    assert compiled.mangled["copy_packed<float, 4, 256, 1>"].startswith("_Z11copy_packed")
+    assert compiled.arch == "sm_90"
+
+
+def test_a_setting_seen_before_is_not_recompiled(fresh_cache):
+    names = ["copy_packed<float, 2, 128, 1>"]
+    before = compiler.stats["nvrtc_compiles"]
+    first = helpers.compile_kernels("copy.cu", names, arch="sm_90")
+    assert compiler.stats["nvrtc_compiles"] == before + 1
+    assert helpers.compile_kernels("copy.cu", names, arch="sm_90") is first  # memory cache
+    compiler._memory_cache.clear()
+    again = helpers.compile_kernels("copy.cu", names, arch="sm_90")  # disk cache
+    assert compiler.stats["nvrtc_compiles"] == before + 1
+    assert again.cubin == first.cubin and again.mangled == first.mangled
+    helpers.compile_kernels("copy.cu", names, arch="sm_90", defines=["UNUSED_FLAG=1"])
+    assert compiler.stats["nvrtc_compiles"] == before + 2  # other options: compiled again
+    assert len(list(fresh_cache.glob("*.cubin"))) == 2
+
+
+def test_a_changed_header_invalidates_the_cache(fresh_cache, tmp_path):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "k.cu").write_text('#include "h.cuh"\n__global__ void k(float* x) { x[0] = VALUE; }\n')
+    (folder / "h.cuh").write_text("#define VALUE 1.0f\n")
+    before = compiler.stats["nvrtc_compiles"]
+    helpers.compile_kernels(folder / "k.cu", ["k"], arch="sm_90", extra_options=[f"--include-path={folder}"])
+    (folder / "h.cuh").write_text("#define VALUE 2.0f\n")
+    helpers.compile_kernels(folder / "k.cu", ["k"], arch="sm_90", extra_options=[f"--include-path={folder}"])
+    assert compiler.stats["nvrtc_compiles"] == before + 2
+
+
+def test_a_compile_error_shows_nvrtc_log_with_file_and_line(fresh_cache, tmp_path):
+    bad = tmp_path / "broken.cu"
+    bad.write_text("__global__ void broken(float* x) {\n  x[0] = 1.0f\n}\n")
+    with pytest.raises(helpers.CompileError) as caught:
+        helpers.compile_kernels(bad, ["broken"], arch="sm_90")
+    message = str(caught.value)
+    assert "broken.cu(3): error" in message  # the missing ';' is reported at the brace
+    assert "NVRTC could not compile" in message
+
+
+def test_unknown_files_and_kernels_are_named(fresh_cache):
+    with pytest.raises(FileNotFoundError, match="kernels/ holds: copy.cu"):
+        helpers.compile_kernels("nope.cu", ["x"])
+    compiled = helpers.compile_kernels("copy.cu", ["copy_one_per_thread<float>"], arch="sm_90")
+    with pytest.raises(KeyError, match="was not compiled"):
+        compiled.resources("copy_grid_stride<float>")
+    with pytest.raises(ValueError, match="arch"):
+        helpers.compile_kernels("copy.cu", ["copy_one_per_thread<float>"], arch="90")
+
+
+def test_vector_steps_issue_16_byte_loads_and_stores():
+    for variant in ladder("float32") + ladder("float16"):
+        ops = helpers.memory_ops(variant.compiled(arch="sm_90").sass(variant.name_expression))
+        width = variant.pack_size * (4 if variant.dtype == "float32" else 2) if variant.packed else None
+        if width == 16:
+            assert "LDG.E.128.CONSTANT" in ops and "STG.E.128" in ops, (variant, ops)
+        elif width == 8:
+            assert "LDG.E.64.CONSTANT" in ops and "STG.E.64" in ops, (variant, ops)
+        else:
+            assert not any(op.endswith((".64", ".128")) or ".128." in op or ".64." in op for op in ops), ops
+
+
+def test_resources_report_registers_and_no_spills():
+    for variant in ladder("float32"):
+        resources = variant.compiled(arch="sm_90").resources(variant.name_expression)
+        assert 0 < resources.registers <= 64
+        assert not resources.spills and resources.stack_bytes == 0 and resources.local_bytes == 0
+
+
+def test_spills_and_local_arrays_are_reported(fresh_cache, tmp_path):
+    squeezed = tmp_path / "squeezed.cu"  # 16 float4 in flight need 64 registers; allow 16
+    squeezed.write_text("__global__ void squeezed(const float4* x, float4* y) {\n  float4 r[16];\n"
+                        "  for (int k = 0; k < 16; ++k) r[k] = x[threadIdx.x + 256 * k];\n"
+                        "  for (int k = 0; k < 16; ++k) y[threadIdx.x + 256 * k] = r[15 - k];\n}\n")
+    compiled = helpers.compile_kernels(squeezed, ["squeezed"], arch="sm_90",
+                                       extra_options=["--maxrregcount=16"])
+    resources = compiled.resources("squeezed")
+    assert resources.spills and resources.spill_store_bytes > 0 and resources.uses_local_memory
+    source = tmp_path / "local.cu"
+    source.write_text("__global__ void local(float* x, int i) {\n  float a[64];\n"
+                      "  for (int k = 0; k < 64; ++k) a[k] = x[k * i];\n  a[i & 63] += 1.0f;\n"
+                      "  x[0] = a[(i + 1) & 63];\n}\n")
+    compiled = helpers.compile_kernels(source, ["local"], arch="sm_90")
+    resources = compiled.resources("local")
+    assert resources.stack_bytes == 256 and not resources.spills  # a[] indexed at run time
+    assert any(op.startswith("STL") for op in helpers.opcodes(compiled.sass("local")))

@@ -1,0 +1,30 @@
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from helpers.bench import Row  # noqa: E402
+from helpers.display import kernel_source, new_figure, plot_bandwidth, size_label, summary_table  # noqa: E402
+
+
+def test_kernel_source_takes_the_comment_template_and_body():
+    text = kernel_source("copy.cu", "copy_packed")
+    assert text.startswith("// Step 5") and "template <typename T, int PackSize, int BlockSize, int Unroll>" in text
+    assert text.rstrip().endswith("}") and "copy_packed_grid_stride" not in text
+    assert "struct alignas" in kernel_source("pack.cuh", "Pack")
+    with pytest.raises(KeyError):
+        kernel_source("copy.cu", "no_such_kernel")
+
+
+def test_size_labels():
+    assert [size_label(s) for s in (512, 1 << 20, 3 << 29)] == ["512 B", "1 MiB", "1.5 GiB"]
+
+
+def test_plot_and_table_from_rows():
+    rows = [Row("copy_packed", "float32", [n], {"pack_size": 4}, 8 * n, 8 * n / 4e6, 4000.0,
+                rel_err=0.0, ms_q1=0.1, ms_q3=0.2) for n in (1 << 20, 1 << 22)]
+    fig, ax = new_figure()
+    plot_bandwidth(ax, {"ours": rows}, ceiling_gbs=4200, label="measured on X on 2026-11-20")
+    assert len(ax.lines) == 2 and "2026-11-20" in ax.get_title(loc="right")
+    table = summary_table(rows, ceiling_gbs=4200, reference=rows[0]).data
+    assert "95.2%" in table and "1.00×" in table
