@@ -42,8 +42,9 @@ def plot_bandwidth(ax, series: dict, *, ceiling_gbs: float, label: str, x: str =
     if x == "size":
         ax.set_xscale("log", base=2)
         ticks = sorted({r.bytes // 2 for rows in series.values() for r in rows if r is not None})
-        ax.set_xticks(ticks[::max(1, len(ticks) // 8)])
-        ax.set_xticklabels([size_label(t) for t in ticks[::max(1, len(ticks) // 8)]])
+        ticks = ticks[::-(-len(ticks) // 6)]  # at most six labels: they must not overlap
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([size_label(t) for t in ticks])
     ax.set_xlabel(xlabel)
     ax.set_ylabel("GB/s (bytes read + written)")
     ax.set_ylim(0, ceiling_gbs * 1.15)
@@ -96,5 +97,6 @@ def show_kernel(file: str, *names: str):
     display(Markdown(f"`kernels/{file}`\n```cuda\n{body}\n```"))
 
 
-def new_figure(width: float = 7.5, height: float = 4.0):
-    return plt.subplots(figsize=(width, height), layout="constrained")
+def new_figure(width: float = 7.5, height: float = 4.0, ncols: int = 1):
+    """A figure and its axes (a row of ``ncols`` sharing the GB/s axis)."""
+    return plt.subplots(1, ncols, figsize=(width, height), layout="constrained", sharey=True)

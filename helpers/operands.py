@@ -1,0 +1,168 @@
+"""What elementwise chapters share on the host: fresh random inputs kept on the
+device during a sweep, operand checks before a launch, and the PyTorch baseline.
+
+Introduced in chapter 1 (copy) and shared from chapter 2 (GELU) on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from . import device
+from .bench import Unavailable
+from .compiler import compile_kernels
+from .device import DeviceArray
+from .errors import InputError, LaunchConfigError
+
+DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
+try:  # bfloat16 on the host comes from ml_dtypes (NumPy has none)
+    import ml_dtypes
+    DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is in requirements.txt
+    pass
+
+
+def np_dtype(name: str) -> np.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise InputError(f"dtype must be one of {tuple(DTYPES)}, got {name!r}") from None
+
+
+PACK_BYTES_MAX = 16  # the widest single access of sm_90
+_loaded = {}  # variant -> its loaded Kernel
+
+
+@dataclass(frozen=True)
+class ElementwiseVariant:
+    """One instance of an elementwise kernel ``kernel(const T* in, T* out, long long n)``:
+    which template, which dtype, pack and block size. Subclasses (a chapter each)
+    name the source file, the C types they take, their operands, and how their
+    template is instantiated and their grid sized."""
+    kernel: str
+    dtype: str = "float32"
+    pack_size: int = 1  # elements per access (the packed kernels)
+    block_size: int = 256
+
+    SOURCE: ClassVar[str]
+    KERNELS: ClassVar[tuple]
+    C_TYPES: ClassVar[dict]
+    OPERANDS: ClassVar[tuple] = ("x", "y")
+
+    def __post_init__(self):
+        if self.kernel not in self.KERNELS:
+            raise InputError(f"kernel must be one of {self.KERNELS}, got {self.kernel!r}")
+        if self.dtype not in self.C_TYPES:
+            raise InputError(f"dtype must be one of {tuple(self.C_TYPES)}, got {self.dtype!r}")
+        if not 1 <= self.block_size <= 1024:
+            raise LaunchConfigError(f"block_size must be in 1..1024, got {self.block_size}")
+        if self.packed:
+            itemsize = np_dtype(self.dtype).itemsize
+            if self.pack_size < 1 or self.pack_size & (self.pack_size - 1) or self.pack_size * itemsize > PACK_BYTES_MAX:
+                raise InputError(f"pack_size must be a power of two with at most {PACK_BYTES_MAX} bytes "
+                                 f"per pack ({PACK_BYTES_MAX // itemsize} {self.dtype}), got {self.pack_size}")
+            if self.block_size % 32:
+                raise LaunchConfigError(f"block_size must be a multiple of 32 (a whole number of warps), "
+                                        f"got {self.block_size}; try {max(32, self.block_size // 32 * 32)}")
+
+    @property
+    def packed(self) -> bool:
+        return self.kernel.startswith("packed")
+
+    @property
+    def name(self) -> str:
+        return f"{self.SOURCE.removesuffix('.cu')}_{self.kernel}"
+
+    @property
+    def c_type(self) -> str:
+        return self.C_TYPES[self.dtype]
+
+    @property
+    def alignment(self) -> int:
+        return self.pack_size * np_dtype(self.dtype).itemsize if self.packed else 1
+
+    def compiled(self, arch: str = None):
+        return compile_kernels(self.SOURCE, [self.name_expression], arch=arch)
+
+    def loaded(self):
+        """The loaded kernel, kept after the first call: a launch costs microseconds."""
+        if self not in _loaded:
+            _loaded[self] = self.compiled().kernel(self.name_expression)
+        return _loaded[self]
+
+    def one_wave(self, kernel, needed: int) -> int:
+        """Blocks for a grid-stride kernel: as many as are resident at once (one wave),
+        never more than the work needs. Each thread then loops over the array."""
+        resident = device.gpu().sm_count * kernel.max_active_blocks_per_sm(self.block_size)
+        return max(1, min(resident, needed))
+
+    def launch(self, source: DeviceArray, out: DeviceArray):
+        """out = f(source), with checks that make a bad call an error, not a fault."""
+        names = self.OPERANDS
+        check_operands(self.name, self.dtype, self.alignment, **{names[0]: source, names[1]: out})
+        if source.size == 0:
+            return
+        kernel = self.loaded()
+        kernel(self.grid(source.size, kernel), self.block_size, source, out, source.size)
+
+
+def check_operands(kernel_name: str, dtype: str, alignment: int, **arrays: DeviceArray):
+    """Same dtype, same size, and addresses aligned for the kernel's vector accesses;
+    otherwise an InputError that says which operand and what would work."""
+    sizes = {name: array.size for name, array in arrays.items()}
+    for name, array in arrays.items():
+        if not isinstance(array, DeviceArray):
+            raise InputError(f"{kernel_name}: {name} must be a DeviceArray, got {type(array).__name__}")
+        if array.dtype != np_dtype(dtype):
+            raise InputError(f"{kernel_name} was compiled for {dtype}; {name} is {array.dtype}")
+        if not array.aligned_to(alignment):
+            raise InputError(f"{name} (0x{array.ptr:x}) is not aligned to {alignment} bytes, which this "
+                             f"kernel's packs need; use pack_size=1 or an aligned array")
+    if len(set(sizes.values())) > 1:
+        raise InputError(f"{kernel_name}: operands differ in size: " +
+                         ", ".join(f"{name} has {size} elements" for name, size in sizes.items()))
+
+
+def random_normal(n: int, dtype: str) -> np.ndarray:
+    """Fresh standard-normal values (never zeros: zeros hide unwritten outputs)."""
+    return np.random.default_rng().standard_normal(n, dtype=np.float32).astype(np_dtype(dtype))
+
+
+class InputPool:
+    """Device buffers holding fresh random inputs, one set per (size, dtype, kind),
+    kept while a sweep measures several kernels on them: drawing and uploading
+    1 GiB of random numbers for every kernel would cost more than measuring it.
+    Each entry is (host input, device input, device output); the output is
+    poisoned by each check before the kernel writes it."""
+
+    def __init__(self, budget_bytes: int = 8 << 30):
+        self.budget_bytes = budget_bytes
+        self.entries = {}
+
+    def get(self, n: int, dtype: str, make_input=random_normal):
+        """``make_input(n, dtype)`` draws the host values the first time."""
+        key = (n, dtype, make_input)
+        if key not in self.entries:
+            need = 2 * n * np_dtype(dtype).itemsize
+            while self.entries and need + sum(2 * h.nbytes for h, *_ in self.entries.values()) > self.budget_bytes:
+                self.entries.pop(next(iter(self.entries)))  # the oldest goes first
+            host = make_input(n, dtype)
+            self.entries[key] = (host, DeviceArray.from_numpy(host), DeviceArray((n,), dtype))
+        return self.entries[key]
+
+
+def torch_module():
+    """PyTorch, or Unavailable (the baseline is then not measured) with the reason."""
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable("PyTorch is not installed") from None
+    if not torch.cuda.is_available():
+        raise Unavailable("PyTorch sees no GPU")
+    return torch
+
+
+def torch_dtype(torch, dtype: str):
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

@@ -1,0 +1,137 @@
+"""GELU: the machine code of each step (no GPU), and every kernel against float64 (GPU)."""
+import numpy as np
+import pytest
+
+import helpers
+from helpers.device import DeviceArray
+from helpers.gelu_kernels import (MATHS, TOLERANCE, GeluVariant, check_gelu, gelu, gelu_error,
+                                  random_input, reference)
+
+ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16", "bfloat16")
+        for m in ("tanh", "erf", "tanh_approx")]
+       + [GeluVariant("packed", d, p, b, m) for d, packs in (("float32", (1, 2, 4)), ("float16", (1, 2, 4, 8)),
+                                                             ("bfloat16", (2, 8)))
+          for p in packs for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx")]
+       + [GeluVariant("packed", "float16", p, b, "half2") for p in (2, 4, 8) for b in (128, 256)])
+
+
+def sass_ops(variant):
+    return helpers.opcodes(variant.compiled(arch="sm_90").sass(variant.name_expression))
+
+
+@pytest.mark.parametrize("dtype, pack, width", [("float32", 2, "64"), ("float32", 4, "128"),
+                                                 ("float16", 4, "64"), ("float16", 8, "128"),
+                                                 ("bfloat16", 8, "128")])
+def test_packs_issue_vector_loads_and_stores(dtype, pack, width):
+    ops = sass_ops(GeluVariant("packed", dtype, pack, 256, "tanh"))
+    assert ops[f"LDG.E.{width}.CONSTANT"] == 1 and ops[f"STG.E.{width}"] == 1, ops
+
+
+def test_half2_arithmetic_uses_paired_instructions():
+    ops = sass_ops(GeluVariant("packed", "float16", 8, 256, "half2"))
+    assert ops["HMUL2"] >= 8 and ops["HFMA2"] >= 4 and ops["MUFU.TANH.F16"] == 4 * 2, ops
+    widened = sass_ops(GeluVariant("packed", "float16", 8, 256, "tanh"))
+    assert "HMUL2" not in widened and "HADD2.F32" in widened  # widened to float instead
+
+
+def test_tanh_approx_is_one_hardware_instruction_per_element():
+    ops = sass_ops(GeluVariant("packed", "float32", 4, 256, "tanh_approx"))
+    assert ops["MUFU.TANH"] == 4 + 1 and "MUFU.EX2" not in ops  # 4 in the pack, 1 in the tail
+
+
+def test_no_variant_spills():
+    for variant in ALL:
+        assert not variant.compiled(arch="sm_90").resources(variant.name_expression).uses_local_memory, variant
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dtype="float32", pack_size=8), "at most 16 bytes per pack \\(4 float32\\)"),
+    (dict(dtype="float64"), "dtype must be one of"),
+    (dict(math="sigmoid"), "math must be one of"),
+    (dict(dtype="float32", math="half2"), "needs dtype float16"),
+    (dict(dtype="float16", pack_size=1, math="half2"), "even pack_size"),
+    (dict(block_size=100), "multiple of 32"),
+])
+def test_variants_refuse_what_they_cannot_take(kwargs, message):
+    with pytest.raises(helpers.BookError, match=message):
+        GeluVariant(**kwargs)
+
+
+def test_the_reference_and_the_error_measure():
+    x = np.array([-1e30, -10.0, -1.0, 0.0, 1.0, 10.0, 1e30])
+    ref = reference(x)
+    assert ref[0] == 0.0 and ref[-1] == 1e30 and ref[3] == 0.0  # no NaN where x^3 overflows
+    assert abs(reference(np.array([1.0]), "erf")[0] - 0.8413447460685429) < 1e-15
+    assert gelu_error(x, ref, "tanh") == 0.0
+    assert gelu_error(x, np.where(x == 1.0, np.nan, ref), "tanh") == np.inf
+
+
+def test_tolerances_cover_every_variant():
+    assert {(v.dtype, v.math) for v in ALL} <= set(TOLERANCE)
+    assert set(MATHS) == {"tanh", "erf", "tanh_approx", "half2"}
+
+
+def test_random_inputs_span_small_and_large_values():
+    x = random_input(1 << 16, "float16").astype(np.float64)
+    assert np.abs(x).max() > 1e4 and ((-10 <= x) & (x <= 10)).mean() > 0.95 and (x < 0).any()
+    assert np.count_nonzero(x) == x.size
+
+
+# ---------------------------------------------------------------- on the GPU
+
+SIZES = [0, 1, 7, 1023, (1 << 20) + 3]
+
+
+@pytest.mark.parametrize("variant", ALL, ids=lambda v: f"{v.name_expression}")
+def test_every_gelu_matches_float64_on_irregular_sizes(gpu, variant):
+    for n in SIZES:
+        error = check_gelu(variant, DeviceArray((n,), variant.dtype), DeviceArray((n,), variant.dtype))
+        assert error <= TOLERANCE[(variant.dtype, variant.math)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_gigantic_input(gpu, dtype):
+    n = 1 << 28
+    variant = GeluVariant("packed", dtype, 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize)
+    assert check_gelu(variant, DeviceArray((n,), dtype), DeviceArray((n,), dtype)) <= TOLERANCE[(dtype, "tanh")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_library_entry_takes_misaligned_views_through_the_scalar_path(gpu, dtype):
+    n = 4097
+    x, y = DeviceArray((n + 8,), dtype), DeviceArray((n + 8,), dtype)
+    for offset_x, offset_y, expected_pack in ((0, 0, 16 // x.dtype.itemsize), (1, 1, 1), (0, 1, 1), (2, 2, None)):
+        host = random_input(n, dtype)
+        xv, yv = x.view(offset_x, n), y.view(offset_y, n)
+        xv.copy_from(host)
+        yv.poison()
+        variant = gelu(xv, yv)
+        helpers.synchronize()
+        if expected_pack is not None:
+            assert variant.pack_size == expected_pack
+        assert gelu_error(host, yv.to_numpy(), "tanh") <= TOLERANCE[(dtype, "tanh")]
+
+
+def test_explicit_variants_refuse_misaligned_views(gpu):
+    x = DeviceArray((64,), "float32")
+    with pytest.raises(helpers.InputError, match="not aligned to 16 bytes"):
+        GeluVariant("packed", "float32", 4).launch(x.view(1, 32), x.view(0, 32))
+    with pytest.raises(helpers.InputError, match="compiled for float32; x is float16"):
+        GeluVariant("packed", "float32", 4).launch(DeviceArray((8,), "float16"), DeviceArray((8,), "float32"))
+
+
+def test_nan_and_inf_propagate_as_ieee_says(gpu):
+    """Non-finite inputs give what the formula gives in IEEE arithmetic, as the float64
+    reference does: NaN stays NaN, GELU(+inf) = +inf, and GELU(-inf) = 0.5 * -inf * 0 = NaN."""
+    host = np.array([np.nan, np.inf, -np.inf, 1.0, -np.nan, 0.0, -0.0, 3.0], dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        expected = reference(host)
+    assert np.isnan(expected[[0, 2, 4]]).all() and expected[1] == np.inf
+    for variant in (GeluVariant("packed", "float32", 4), GeluVariant("grid_stride", "float32", 1, 64, "erf"),
+                    GeluVariant("packed", "float32", 4, 256, "tanh_approx")):
+        x, y = DeviceArray.from_numpy(host), DeviceArray((8,), "float32")
+        variant.launch(x, y)
+        out = y.to_numpy()
+        assert (np.isnan(out) == np.isnan(expected)).all(), (variant, out)
+        assert out[1] == np.inf and out[5] == 0.0
+        assert abs(out[3] - 0.8412) < 1e-3 and abs(out[7] - 2.9964) < 1e-3
