@@ -1,0 +1,58 @@
+"""The publishing configuration: what readers of a jupyter-book expect, kept consistent."""
+import json
+import re
+
+import yaml
+
+from helpers.paths import ROOT
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+README = (ROOT / "README.md").read_text()
+
+
+def readme_command(heading: str) -> str:
+    """The command in the code block that follows a bold heading of the README."""
+    found = re.search(rf"\*\*{re.escape(heading)}\*\*.*?```bash\n(.+?)\n```", README, re.S)
+    assert found, f"no command under **{heading}** in README.md"
+    return found.group(1).strip()
+
+
+def test_the_workflow_builds_with_the_readme_command():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    runs = [step.get("run") for step in workflow["jobs"]["build"]["steps"]]
+    assert readme_command("Build the book") in runs
+    uses = [step.get("uses", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert any(u.startswith("actions/deploy-pages") for u in uses)
+    assert any(u.startswith("actions/upload-pages-artifact") for u in uses)
+
+
+def test_ci_runs_the_readme_commands():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert readme_command("Run the tests") in ci and readme_command("Build the book") in ci
+
+
+def test_the_config_has_what_readers_expect():
+    assert CONFIG["execute"]["execute_notebooks"] == "off"  # built from the GPU run's outputs
+    assert CONFIG["repository"]["url"].startswith("https://github.com/")
+    html, launch = CONFIG["html"], CONFIG["launch_buttons"]
+    assert html["use_repository_button"] and html["use_edit_page_button"] and html["use_download_button"]
+    assert launch["colab_url"] and launch["binderhub_url"]
+    overrides = CONFIG["sphinx"]["config"]["nb_mime_priority_overrides"]
+    assert min(overrides, key=lambda o: o[2])[1] == "application/vnd.jupyter.widget-view+json"
+
+
+def test_every_chapter_starts_with_a_hidden_install_cell_that_clones_this_repository():
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        first_code = next(c for c in cells if c["cell_type"] == "code")
+        assert "remove-cell" in first_code["metadata"].get("tags", []), notebook.name
+        source = "".join(first_code["source"])
+        assert CONFIG["repository"]["url"] in source and 'find_spec("helpers") is None' in source
+
+
+def test_every_chapter_has_an_explorer_of_its_recording():
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        assert f'class="bandwidth-explorer" data-chapter="{notebook.stem}"' in markdown, notebook.name
+        assert (ROOT / "book" / "data" / f"{notebook.stem}.json").is_file()
