@@ -132,3 +132,21 @@ def ladder(dtype: str = "float32", block_size: int = 256) -> list:
             CopyVariant("packed_grid_stride", dtype, pack_size=widest // 2, block_size=block_size),
             CopyVariant("packed_grid_stride", dtype, pack_size=widest, block_size=block_size),
             CopyVariant("packed", dtype, pack_size=widest, block_size=block_size)]
+
+
+def sanitizer_cases():
+    """Every copy kernel at sizes that are not a multiple of its pack or block, one
+    element, and (for the scalar kernels) a misaligned view (helpers/sanitize.py)."""
+    def case(variant, n, offset=0):
+        def run():
+            src, dst = DeviceArray((n + offset,), variant.dtype), DeviceArray((n + offset,), variant.dtype)
+            src.copy_from(random_input(n + offset, variant.dtype))
+            variant.launch(src.view(offset, n), dst.view(offset, n))
+        return f"{variant.name_expression} n={n} offset={offset}", run
+    cases = []
+    for variant in ladder("float32") + ladder("float16") + [CopyVariant("packed", "float32", 4, 128, 4)]:
+        for n in (1, 7, 1023, (1 << 16) + 3):
+            cases.append(case(variant, n))
+        if not variant.packed:
+            cases.append(case(variant, 1000, offset=1))
+    return cases

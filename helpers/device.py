@@ -108,9 +108,16 @@ def _open_gpu(index: int) -> Gpu:
     if err != cu.CUresult.CUDA_SUCCESS:
         if err == cu.CUresult.CUDA_ERROR_NO_DEVICE:
             raise NoGpuError("the NVIDIA driver sees no GPU")
-        if err in (cu.CUresult.CUDA_ERROR_INSUFFICIENT_DRIVER, cu.CUresult.CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE):
+        # The codes differ between cuda-python versions: take the ones this version has.
+        too_old = {getattr(cu.CUresult, name) for name in (
+            "CUDA_ERROR_INSUFFICIENT_DRIVER", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
+            "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "CUDA_ERROR_INSUFFICIENT_LOADER_VERSION")
+            if hasattr(cu.CUresult, name)}
+        if err in too_old:
             raise NoGpuError(f"the NVIDIA driver is too old for cuda-python {cuda.bindings.__version__}: "
                              f"install cuda-python {binding_major - 1}.x or update the driver")
+        if err == getattr(cu.CUresult, "CUDA_ERROR_STUB_LIBRARY", None):
+            raise NoGpuError("only the CUDA driver's stub library was found, not a driver")
         raise NoGpuError(f"cuInit failed: {err.name}")
     version = check(cu.cuDriverGetVersion(), "cuDriverGetVersion")
     driver_version = f"{version // 1000}.{version % 1000 // 10}"

@@ -212,3 +212,26 @@ def measure_torch_gelu(bench, n: int, dtype: str, *, compiled: bool = False, che
     provider = "torch.compile" if compiled else "torch"
     return bench.measure(provider, dtype=dtype, shape=[n], config={"op": "gelu(approximate='tanh')"},
                          bytes=bytes_moved(n, dtype), setup=setup)
+
+
+def sanitizer_cases():
+    """Every GELU kernel shape at irregular sizes, one element, and misaligned views
+    through the library entry point (helpers/sanitize.py)."""
+    def case(variant, n):
+        def run():
+            x, y = DeviceArray.from_numpy(random_input(n, variant.dtype)), DeviceArray((n,), variant.dtype)
+            variant.launch(x, y)
+        return f"{variant.name_expression} n={n}", run
+
+    def misaligned(dtype, n):
+        def run():
+            x, y = DeviceArray((n + 1,), dtype), DeviceArray((n + 1,), dtype)
+            x.copy_from(random_input(n + 1, dtype))
+            gelu(x.view(1, n), y.view(1, n))
+        return f"gelu() {dtype} n={n} offset=1", run
+    variants = [GeluVariant("grid_stride", d, 1, 256, m) for d in C_TYPES for m in ("tanh", "erf")]
+    variants += [GeluVariant("packed", d, 16 // np_dtype(d).itemsize, b, m) for d in C_TYPES
+                 for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx")]
+    variants += [GeluVariant("packed", "float16", p, 256, "half2") for p in (2, 8)]
+    cases = [case(v, n) for v in variants for n in (1, 7, 1023, (1 << 16) + 3)]
+    return cases + [misaligned(d, 1000) for d in C_TYPES]

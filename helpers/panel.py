@@ -15,7 +15,7 @@ from IPython.display import clear_output, display
 from tqdm.auto import tqdm
 
 from .display import new_figure, plot_bandwidth, size_label
-from .errors import BookError
+from .errors import BookError, DeviceOutOfMemoryError
 
 
 class Panel:
@@ -107,6 +107,10 @@ class Panel:
             try:
                 for size in self.sizes:
                     self._row(self.provider, self.measure, config, size)
+            except DeviceOutOfMemoryError as e:  # larger settings would fail too: stop here
+                print(f"Sweep stopped at {config}: {e}\nThe {len(self.cache)} measurements taken so far "
+                      "are kept; bench.save() records them.")
+                return
             except BookError as e:
                 skipped.append(f"{config}: {e}")
         print(f"Measured {len(combos) - len(skipped)} settings at {len(self.sizes)} sizes; "
