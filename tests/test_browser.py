@@ -87,8 +87,12 @@ def screenshot_on_failure(driver, name: str):
 
 
 def wait(driver, condition, seconds: float = 30.0, what: str = "condition"):
+    """Wait for a condition; elements replaced while it is checked (a redrawn plot) are retried."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(condition, f"timed out waiting for {what}")
+    return WebDriverWait(driver, seconds, poll_frequency=0.2,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(condition, f"timed out waiting for {what}")
 
 
 # ------------------------------------------------------------------ the built site
@@ -242,11 +246,18 @@ def test_a_chapter_runs_in_jupyterlab_and_its_panel_follows_the_block_size(brows
             "return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
             " && w.sessionContext.session.kernel.status === 'idle');"), 120, "the notebook's kernel")
         browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # Every cell has run (no "[*]" prompt left) and the kernel is idle: the panel's
+        # first sweep is over, so the plot changes only when we move the control.
+        wait(browser, lambda d: d.execute_script(
+            "const prompts = Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'));"
+            "const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
+            "return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))"
+            " && kernel.status === 'idle';"), 300, "all cells to run")
         label = "//label[normalize-space()='block_size']/following-sibling::select"
-        select_element = wait(browser, lambda d: d.find_element(By.XPATH, label), 240, "the panel's block-size control")
+        select_element = wait(browser, lambda d: d.find_element(By.XPATH, label), 60, "the panel's block-size control")
         panel = select_element.find_element(By.XPATH, "ancestor::div[contains(@class,'widget-vbox')][1]")
         plot = lambda: panel.find_element(By.CSS_SELECTOR, "img").get_attribute("src")  # noqa: E731
-        before = wait(browser, lambda d: plot(), 120, "the panel's plot")
+        before = wait(browser, lambda d: plot(), 60, "the panel's plot")
         block = Select(select_element)
         current = block.first_selected_option.text
         other = next(o.text for o in block.options if o.text != current)
