@@ -107,7 +107,7 @@ class Bench:
 
     # -- measurements -----------------------------------------------------------------
     def measure(self, provider: str, *, dtype: str, shape, config: dict = None, bytes: int,
-                setup, flush: bool = True, again: bool = False) -> Row | None:
+                setup, flush: bool = True) -> Row | None:
         """Measure one thing, or replay it.
 
         ``setup()`` (called only with a GPU) allocates and fills the inputs and
@@ -115,8 +115,8 @@ class Bench:
         ``check()`` (or None) runs it once on fresh inputs and returns its
         relative error against a float64 reference, raising if it is wrong.
         ``bytes`` is the count of bytes the operation must move; GB/s derives
-        from it. A measurement already taken in this run is returned as it is,
-        unless ``again``. Returns None when the provider is not installed.
+        from it. A measurement already taken in this run is returned as it is.
+        Returns None when the provider is not installed.
         """
         shape, config = [int(s) for s in shape], canonical_config(config)
         if not self.live:
@@ -128,7 +128,7 @@ class Bench:
             return _row_from_dict(found)
         if provider in self._unavailable:
             return None
-        if not again and flush:
+        if flush:
             taken = self.recording.find(provider, str(dtype), shape, config)
             if taken is not None:
                 return _row_from_dict(taken)

@@ -148,6 +148,18 @@ class CompiledKernels:
         return self._kernels[name]
 
 
+_loaded = {}  # (source, name expression) -> loaded Kernel
+
+
+def loaded_kernel(source, name: str):
+    """The kernel ``name`` of ``source``, compiled and loaded on first use and kept:
+    later calls are a dictionary lookup, so a launch on the hot path costs microseconds."""
+    key = (str(source), name)
+    if key not in _loaded:
+        _loaded[key] = compile_kernels(source, [name]).kernel(name)
+    return _loaded[key]
+
+
 def _cache_key(source_text: str, headers: dict, options: list, names: list) -> str:
     material = json.dumps({"source": source_text, "headers": headers, "options": options,
                            "names": sorted(names), "nvrtc": nvrtc_version()}, sort_keys=True)

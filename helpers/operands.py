@@ -12,7 +12,7 @@ import numpy as np
 
 from . import device
 from .bench import Unavailable
-from .compiler import compile_kernels
+from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 
@@ -32,7 +32,6 @@ def np_dtype(name: str) -> np.dtype:
 
 
 PACK_BYTES_MAX = 16  # the widest single access of sm_90
-_loaded = {}  # variant -> its loaded Kernel
 
 
 @dataclass(frozen=True)
@@ -87,10 +86,7 @@ class ElementwiseVariant:
         return compile_kernels(self.SOURCE, [self.name_expression], arch=arch)
 
     def loaded(self):
-        """The loaded kernel, kept after the first call: a launch costs microseconds."""
-        if self not in _loaded:
-            _loaded[self] = self.compiled().kernel(self.name_expression)
-        return _loaded[self]
+        return loaded_kernel(self.SOURCE, self.name_expression)
 
     def one_wave(self, kernel, needed: int) -> int:
         """Blocks for a grid-stride kernel: as many as are resident at once (one wave),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import device
-from .compiler import compile_kernels
+from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 
@@ -34,15 +34,6 @@ def _require_float32(name, array):
     if not isinstance(array, DeviceArray) or array.dtype != np.float32:
         raise InputError(f"{name} must be a float32 DeviceArray, got "
                          f"{getattr(array, 'dtype', type(array).__name__)}")
-
-
-def _loaded(name_expression: str):
-    if name_expression not in _kernels:
-        _kernels[name_expression] = compile_kernels(SOURCE, [name_expression]).kernel(name_expression)
-    return _kernels[name_expression]
-
-
-_kernels = {}
 
 
 @dataclass(frozen=True)
@@ -76,7 +67,7 @@ class SumVariant:
         per_block = self.block_size * (2 if self.step in TWO_PER_THREAD else 1)
         needed = max(1, -(-n // per_block))
         if self.step in GRID_STRIDE:
-            kernel = _loaded(self.name_expression)
+            kernel = loaded_kernel(SOURCE, self.name_expression)
             return min(needed, device.gpu().sm_count * kernel.max_active_blocks_per_sm(self.block_size))
         return needed
 
@@ -107,7 +98,7 @@ class SumVariant:
         _require_float32("x", x)
         n = x.size
         space = self.workspace(n)
-        kernel = _loaded(self.name_expression)
+        kernel = loaded_kernel(SOURCE, self.name_expression)
         if n == 0:
             space["result"].poison(0)  # the empty sum is 0.0 (all-zero bytes)
             return space["result"]
@@ -190,7 +181,7 @@ class RowVariant:
             return
         if cols == 0:
             raise InputError(f"cannot {self.op} rows of length 0")
-        kernel = _loaded(self.name_expression)
+        kernel = loaded_kernel(SOURCE, self.name_expression)
         if self.kernel == "block":
             kernel(rows, self.block_size, x, y, cols)
         else:

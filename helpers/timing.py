@@ -51,9 +51,8 @@ def flush_l2():
 
 def hold_gpu(milliseconds: float):
     """Queue a kernel that keeps the GPU busy for ``milliseconds`` (kernels/timing.cu)."""
-    from .compiler import compile_kernels
-    kernel = compile_kernels("timing.cu", ["hold_gpu"]).kernel("hold_gpu")
-    kernel(1, 1, ctypes.c_ulonglong(int(milliseconds * 1e6)))
+    from .compiler import loaded_kernel
+    loaded_kernel("timing.cu", "hold_gpu")(1, 1, ctypes.c_ulonglong(int(milliseconds * 1e6)))
 
 
 def _events(count):

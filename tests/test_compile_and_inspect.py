@@ -96,3 +96,20 @@ def test_spills_and_local_arrays_are_reported(fresh_cache, tmp_path):
     resources = compiled.resources("local")
     assert resources.stack_bytes == 256 and not resources.spills  # a[] indexed at run time
     assert any(op.startswith("STL") for op in helpers.opcodes(compiled.sass("local")))
+
+
+def test_every_launch_path_loads_its_kernel_once(fresh_cache, monkeypatch):
+    """Elementwise variants, reductions and the timer share compiler.loaded_kernel:
+    the first call compiles and loads, later calls are a lookup."""
+    from helpers.copy_kernels import CopyVariant
+    from helpers.reduce_kernels import SOURCE as REDUCE, SumVariant
+    monkeypatch.setattr(compiler, "_loaded", {})
+    loads = []
+    monkeypatch.setattr(compiler.CompiledKernels, "kernel", lambda self, name: loads.append(name) or f"kernel:{name}")
+    before = compiler.stats["nvrtc_compiles"]
+    copy = CopyVariant("packed", "float32", 4, 256)
+    assert copy.loaded() == copy.loaded() == "kernel:copy_packed<float, 4, 256, 1>"
+    assert compiler.loaded_kernel(REDUCE, SumVariant().name_expression) == "kernel:reduce_single_pass<256>"
+    assert compiler.loaded_kernel("timing.cu", "hold_gpu") == compiler.loaded_kernel("timing.cu", "hold_gpu")
+    assert loads == ["copy_packed<float, 4, 256, 1>", "reduce_single_pass<256>", "hold_gpu"]
+    assert compiler.stats["nvrtc_compiles"] == before + 3
