@@ -258,6 +258,15 @@ class DeviceArray:
     def aligned_to(self, nbytes: int) -> bool:
         return self.ptr % nbytes == 0
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Lets PyTorch (``torch.as_tensor(a, device="cuda")``) and CuPy (``cupy.asarray(a)``)
+        use this memory without a copy: baselines are measured on the very same bytes."""
+        if self.dtype.kind not in "fiu":  # bfloat16 (ml_dtypes) has no type string they read
+            raise InputError(f"{self.dtype} cannot be shared through __cuda_array_interface__")
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": None, "stream": None}
+
     def free(self):
         if self._allocation is not None and _context_lost is None and _gpu is not None:
             _driver().cuMemFree(self._allocation)

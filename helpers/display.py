@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import matplotlib.pyplot as plt
+import numpy as np
 from IPython.display import Markdown, display
 
 from .paths import kernel_path
@@ -23,30 +24,45 @@ def size_label(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def input_bytes(row) -> int:
+    """The size of a row's input in bytes: its shape times its element size."""
+    return int(np.prod(row.shape, dtype=np.int64)) * np_dtype_size(row.dtype)
+
+
+def np_dtype_size(dtype: str) -> int:
+    return {"bfloat16": 2}.get(dtype) or np.dtype(dtype).itemsize
+
+
 def plot_bandwidth(ax, series: dict, *, ceiling_gbs: float, label: str, x: str = "size",
-                   xlabel: str = "input size", baselines: dict = None):
+                   xlabel: str = "input size", baselines: dict = None, ylabel: str = "GB/s (bytes read + written)"):
     """Lines of GB/s: ``series`` maps a legend label to rows (``Row``s); x is 'size'
-    (bytes of one input, log axis) or a config key. Baselines are drawn dashed."""
+    (bytes of the input, log axis), 'cols' (the row length of a matrix, log axis) or
+    a config key. Baselines are drawn dashed."""
+    def value(r):
+        return input_bytes(r) if x == "size" else r.shape[-1] if x == "cols" else r.config[x]
+
     def xs(rows):
-        return [r.bytes // 2 if x == "size" else r.config[x] for r in rows]
+        return [value(r) for r in rows]
 
     for name, rows in series.items():
         rows = [r for r in rows if r is not None]
         if rows:
             ax.plot(xs(rows), [r.gbs for r in rows], marker="o", ms=4, label=name)
-    for name, rows in (baselines or {}).items():
+    styles = [("--", "s", "0.3"), (":", "^", "0.45"), ("-.", "D", "0.6"), ((0, (5, 1, 1, 1)), "v", "0.2")]
+    for (name, rows), (line, marker, grey) in zip((baselines or {}).items(), styles * 4):
         rows = [r for r in rows if r is not None]
         if rows:
-            ax.plot(xs(rows), [r.gbs for r in rows], ls="--", marker="s", ms=3, color="0.35", label=name)
+            ax.plot(xs(rows), [r.gbs for r in rows], ls=line, marker=marker, ms=3, color=grey, label=name)
     ax.axhline(ceiling_gbs, color="crimson", lw=1, ls=":", label=f"copy ceiling {ceiling_gbs:,.0f} GB/s")
-    if x == "size":
+    if x in ("size", "cols"):
         ax.set_xscale("log", base=2)
-        ticks = sorted({r.bytes // 2 for rows in series.values() for r in rows if r is not None})
+        ticks = sorted({value(r) for rows in series.values() for r in rows if r is not None})
         ticks = ticks[::-(-len(ticks) // 6)]  # at most six labels: they must not overlap
         ax.set_xticks(ticks)
-        ax.set_xticklabels([size_label(t) for t in ticks])
+        ax.set_xticklabels([size_label(t) if x == "size" else f"{t:,}" for t in ticks])
+        ax.minorticks_off()
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, ceiling_gbs * 1.15)
     ax.grid(alpha=0.3)
     ax.set_title(label, fontsize=9, loc="right", color="0.3")

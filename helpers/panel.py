@@ -20,16 +20,18 @@ from .errors import BookError, DeviceOutOfMemoryError
 
 class Panel:
     def __init__(self, bench, *, provider: str, knobs: dict, sizes: list, measure,
-                 baselines: dict = None, title: str = ""):
-        """``knobs``: {name: options}; ``sizes``: input sizes in bytes;
-        ``measure(config, size)`` -> Row; ``baselines``: {label: fn(config, size) -> Row}."""
-        self.bench, self.provider, self.measure = bench, provider, measure
+                 baselines: dict = None, title: str = "", size_text=size_label,
+                 ylabel: str = "GB/s (bytes read + written)"):
+        """``knobs``: {name: options}; ``sizes``: what ``measure`` takes (bytes or
+        elements), shown on the slider by ``size_text``; ``measure(config, size)`` -> Row;
+        ``baselines``: {label: fn(config, size) -> Row}."""
+        self.bench, self.provider, self.measure, self.ylabel = bench, provider, measure, ylabel
         self.baselines, self.title, self.sizes = baselines or {}, title, sorted(sizes)
         self.cache = {}  # (label, config, size) -> Row: a setting seen before is not re-measured
         self.controls = {name: widgets.Dropdown(options=self._options(name, options), description=name,
                                                 style={"description_width": "initial"})
                          for name, options in knobs.items()}
-        self.size = widgets.SelectionSlider(options=[(size_label(s), s) for s in self.sizes],
+        self.size = widgets.SelectionSlider(options=[(size_text(s), s) for s in self.sizes],
                                             value=self.sizes[-1], description="up to",
                                             continuous_update=False)
         self.progress, self.plot = widgets.Output(), widgets.Output()
@@ -83,7 +85,7 @@ class Panel:
     def _draw(self, series, baselines):
         fig, ax = new_figure()
         plot_bandwidth(ax, series, ceiling_gbs=self.bench.copy_gbs, label=self.bench.label,
-                       baselines=baselines)
+                       baselines=baselines, ylabel=self.ylabel)
         if self.title:
             ax.set_title(self.title, loc="left", fontsize=10)
         with self.plot:

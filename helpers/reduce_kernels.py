@@ -7,22 +7,26 @@ bytes formula is ``bytes_moved``.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import device
+from .bench import Unavailable
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
+from .operands import InputPool, random_normal, torch_module
 
 SOURCE = "reduce.cu"
-SOURCES = ["kernels/reduce.cu", "kernels/pack.cuh"]
+SOURCES = ["kernels/reduce.cu", "kernels/reduce.cuh", "kernels/pack.cuh"]
 LADDER = ("interleaved_divergent", "interleaved_strided", "sequential", "first_add", "unroll_last_warp",
           "complete_unroll", "cascaded", "shuffle", "single_pass")
 TWO_PER_THREAD = ("first_add", "unroll_last_warp", "complete_unroll")  # each thread loads two elements
 GRID_STRIDE = ("cascaded", "shuffle", "single_pass")  # one wave of blocks; each thread loops
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
+FOLDS = (1, 2, 4, 8)  # 16-byte loads in flight per thread (the fast kernels' template parameter)
 
 
 def bytes_moved(n: int) -> int:
@@ -36,10 +40,17 @@ def _require_float32(name, array):
                          f"{getattr(array, 'dtype', type(array).__name__)}")
 
 
+def _check_fold(fold):
+    if fold not in FOLDS:
+        raise InputError(f"fold (16-byte loads in flight per thread) must be one of {FOLDS}, got {fold!r}")
+
+
 @dataclass(frozen=True)
 class SumVariant:
     step: str = "single_pass"  # one of LADDER
     block_size: int = 256
+    fold: int = None  # the single pass only: 16-byte loads in flight per thread (default 4)
+    evict_first: bool = False  # the single pass only: mark the loads read-once (ld.global.cs)
 
     def __post_init__(self):
         if self.step not in LADDER:
@@ -47,6 +58,14 @@ class SumVariant:
         if self.block_size not in (64, 128, 256, 512, 1024):
             raise LaunchConfigError(f"block_size must be a power of two from 64 to 1024 (the tree halves it "
                                     f"down to one warp), got {self.block_size}")
+        if self.step != "single_pass":
+            if self.fold not in (None, 1) or self.evict_first:
+                raise InputError(f"fold and evict_first apply to the single pass only; step {self.step!r} "
+                                 f"loads one element at a time")
+            object.__setattr__(self, "fold", 1)
+        else:
+            object.__setattr__(self, "fold", 4 if self.fold is None else self.fold)
+            _check_fold(self.fold)
 
     @property
     def name(self) -> str:
@@ -54,10 +73,14 @@ class SumVariant:
 
     @property
     def name_expression(self) -> str:
+        if self.step == "single_pass":
+            return f"reduce_single_pass<{self.block_size}, {self.fold}, {str(self.evict_first).lower()}>"
         return f"reduce_{self.step}<{self.block_size}>"
 
     @property
     def config(self) -> dict:
+        if self.step == "single_pass":
+            return {"block_size": self.block_size, "fold": self.fold, "evict_first": self.evict_first}
         return {"block_size": self.block_size}
 
     def compiled(self, arch: str = None):
@@ -135,6 +158,38 @@ class SumVariant:
 
 _workspaces = {}
 
+
+RECORDED_L2_BYTES = 60 << 20  # the H200 of book/data/reduce.json
+
+
+def sum_variant_for(n: int) -> SumVariant:
+    """The library's choice for a whole-array sum, read off chapter 3's measurements:
+    the single pass with 1024 threads and one 16-byte load per iteration (the compiler
+    unrolls the walk itself), and evict-first loads for arrays up to 8 times the L2,
+    where they pay (beyond it they cost a few percent on an H200)."""
+    # Without a GPU (replay) the recorded H200's L2 decides, as it did when recording.
+    l2_bytes = device.gpu().l2_bytes if device.no_gpu_reason() is None else RECORDED_L2_BYTES
+    return SumVariant("single_pass", 1024, 1, evict_first=l2_bytes * 8 >= bytes_moved(n))
+
+
+def array_sum(x: DeviceArray) -> float:
+    """The sum of a float32 array of any size and alignment, in one launch."""
+    return sum_variant_for(x.size).sum(x)
+
+
+def bank_conflict_cycles(strides=(1, 2, 4, 8, 16, 32), repeats: int = 4096) -> dict:
+    """Cycles per dependent shared-memory read-modify-write when the 32 lanes of a warp
+    access s[lane * stride] (kernels/reduce.cu, bank_conflict_probe): {stride: cycles}."""
+    kernel = loaded_kernel(SOURCE, "bank_conflict_probe")
+    cycles, sink = DeviceArray((1,), np.int64), DeviceArray((32,), np.float32)
+    found = {}
+    for stride in strides:
+        kernel(1, 32, np.int32(stride), np.int32(repeats), cycles, sink)  # warm-up
+        kernel(1, 32, np.int32(stride), np.int32(repeats), cycles, sink)
+        device.synchronize()
+        found[stride] = float(cycles.to_numpy()[0]) / repeats
+    return found
+
 ROW_OPS = {"sum": "Sum", "max": "Max"}
 ROW_KERNELS = ("block", "warp")
 
@@ -144,8 +199,14 @@ class RowVariant:
     op: str = "sum"
     kernel: str = "block"  # a block per row, or a warp per row
     block_size: int = 256
+    fold: int = 4  # 16-byte loads in flight per thread
+    group_width: int = 32  # the "warp" kernel: lanes per row (fewer than 32 for short rows)
 
     def __post_init__(self):
+        _check_fold(self.fold)
+        if self.group_width not in (1, 2, 4, 8, 16, 32) or (self.kernel == "block" and self.group_width != 32):
+            raise InputError(f"group_width (lanes per row of the warp kernel) must be a power of two up to 32, "
+                             f"and 32 for the block kernel; got {self.group_width}")
         if self.op not in ROW_OPS:
             raise InputError(f"op must be one of {tuple(ROW_OPS)}, got {self.op!r}")
         if self.kernel not in ROW_KERNELS:
@@ -159,11 +220,14 @@ class RowVariant:
 
     @property
     def name_expression(self) -> str:
-        return f"row_reduce_{self.kernel}<{ROW_OPS[self.op]}, {self.block_size}>"
+        if self.kernel == "warp":
+            return f"row_reduce_warp<{ROW_OPS[self.op]}, {self.block_size}, {self.fold}, {self.group_width}>"
+        return f"row_reduce_block<{ROW_OPS[self.op]}, {self.block_size}, {self.fold}>"
 
     @property
     def config(self) -> dict:
-        return {"kernel": self.kernel, "block_size": self.block_size}
+        config = {"kernel": self.kernel, "block_size": self.block_size, "fold": self.fold}
+        return {**config, "group_width": self.group_width} if self.kernel == "warp" else config
 
     def compiled(self, arch: str = None):
         return compile_kernels(SOURCE, [self.name_expression], arch=arch)
@@ -185,14 +249,34 @@ class RowVariant:
         if self.kernel == "block":
             kernel(rows, self.block_size, x, y, cols)
         else:
-            rows_per_block = self.block_size // 32
+            rows_per_block = self.block_size // self.group_width
             kernel(-(-rows // rows_per_block), self.block_size, x, y, rows, cols)
 
 
-def row_reduce(x: DeviceArray, y: DeviceArray, op: str = "sum", *, warp_up_to: int = 1024) -> RowVariant:
-    """The dispatcher: a warp per row for rows up to ``warp_up_to`` long, a block per row beyond."""
-    cols = x.shape[-1] if x.shape else 0
-    variant = RowVariant(op, "warp" if cols <= warp_up_to else "block", 256 if cols <= 16384 else 512)
+def _power_of_two_at_least(value: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(value, 1))))
+
+
+def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
+    """The dispatcher's choice for rows of ``cols`` float32 values, as a library would
+    make it (the chapter measures each rule). Rows up to 1024 long get a group of
+    lanes each: enough lanes that each has at most 2 packs of 16 bytes (up to a
+    whole warp), all loaded at once; a group narrower than a warp lets one warp
+    serve several short rows instead of idling most of its lanes. Longer rows get
+    a block each: 256 threads, or 1024 for rows long enough that many loads in
+    flight per row matter more than the last wave of blocks."""
+    packs = -(-max(cols, 1) // 4)
+    if cols <= 1024:
+        group = min(32, _power_of_two_at_least(-(-packs // 2)))
+        return RowVariant(op, "warp", 256, min(8, _power_of_two_at_least(-(-packs // group))), group)
+    return RowVariant(op, "block", 256 if cols <= 16384 else 1024, 4)
+
+
+def row_reduce(x: DeviceArray, y: DeviceArray, op: str = "sum") -> RowVariant:
+    """y[r] = op over x[r, :] with the dispatcher's kernel (row_variant_for); returns it."""
+    if len(x.shape) != 2:
+        raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
+    variant = row_variant_for(x.shape[1], op)
     variant.launch(x, y)
     return variant
 
@@ -220,7 +304,195 @@ def sanitizer_cases():
             x = DeviceArray.from_numpy(np.random.default_rng().standard_normal(shape, dtype=np.float32))
             variant.launch(x, DeviceArray((shape[0],), np.float32))
         return f"{variant.name_expression} shape={shape}", run
-    cases = [whole(SumVariant(step, b), n) for step in LADDER for b in (64, 1024) for n in (1, 31, 1023, (1 << 16) + 7)]
-    cases += [rows(RowVariant(op, kernel, b), shape) for op in ROW_OPS for kernel in ROW_KERNELS for b in (32, 256)
-              for shape in ((1, 1), (33, 7), (5, 4097), (3, 1000))]
+    sums = [SumVariant(step, b) for step in LADDER for b in (64, 1024)]
+    sums += [SumVariant("single_pass", 256, fold, True) for fold in FOLDS]
+    cases = [whole(v, n) for v in sums for n in (1, 31, 1023, (1 << 16) + 7)]
+    row_variants = [RowVariant(op, "block", b, f) for op in ROW_OPS for b in (32, 256) for f in (1, 8)]
+    row_variants += [RowVariant(op, "warp", b, f, g) for op in ROW_OPS for b in (32, 256) for f in (1, 8) for g in (4, 32)]
+    cases += [rows(v, shape) for v in row_variants for shape in ((1, 1), (33, 7), (5, 4097), (3, 1000))]
+    cases.append(("bank_conflict_probe strides 1-32", lambda: bank_conflict_cycles(repeats=64)))
     return cases
+
+
+# ---------------------------------------------------------------- measuring (chapter 3)
+
+inputs = InputPool()
+_exact = {}  # id(host input) -> (host, float64 sum along the reduced axis, sum of |x|)
+
+
+def _exact_of(host: np.ndarray):
+    """The float64 sums of a host input, computed once per input (a sweep checks many
+    kernels on it). Holding host keeps its id from being reused while the entry lives."""
+    if id(host) not in _exact:
+        while len(_exact) >= 4:
+            _exact.pop(next(iter(_exact)))
+        wide = host.astype(np.float64)
+        _exact[id(host)] = (host, wide.sum(axis=-1), np.abs(wide).sum(axis=-1))
+    return _exact[id(host)][1:]
+
+
+def check_sum(variant: SumVariant, x: DeviceArray, host: np.ndarray) -> float:
+    """Run once with the result poisoned; the error |sum - exact| / sum |x_i| (the
+    error relative to the size of the terms, which is what summation controls: the sum
+    itself can be near zero) must be within the variant's bound. Returns the error."""
+    exact, magnitude = _exact_of(host)
+    result = variant.launch(x)
+    device.synchronize()
+    got = float(result.to_numpy()[0])
+    if not abs(got - exact) <= variant.error_bound(host.size, magnitude):
+        raise AssertionError(f"{variant.name_expression} on {host.size} elements: {got!r} vs float64 {exact!r}, "
+                             f"beyond the bound {variant.error_bound(host.size, magnitude):.3g}")
+    return abs(got - exact) / max(magnitude, np.finfo(np.float64).tiny)
+
+
+def measure_sum(bench, variant: SumVariant, n: int):
+    """Check against float64 on fresh normal inputs, then time. Every size is checked:
+    the float64 sum of 2^28 values takes a second, not minutes."""
+    def setup():
+        host, x, _ = inputs.get(n, "float32")
+        return (lambda: variant.launch(x)), (lambda: check_sum(variant, x, host))
+    return bench.measure(variant.name, dtype="float32", shape=[n], config=variant.config,
+                         bytes=bytes_moved(n), setup=setup)
+
+
+def _row_bytes(rows: int, cols: int) -> int:
+    """A row reduction reads rows * cols floats and writes rows: 4 * rows * (cols + 1) bytes."""
+    return 4 * rows * (cols + 1)
+
+
+def check_rows(variant: RowVariant, x: DeviceArray, y: DeviceArray, host: np.ndarray) -> float:
+    """Poison y, run, compare with float64: max is exact in any order; a row sum must be
+    within gamma_d * sum |x| with d = cols + the tree's depth. Returns the largest
+    error relative to sum |x| (sum) or 0 (max)."""
+    y.poison()
+    variant.launch(x, y)
+    device.synchronize()
+    out = y.to_numpy().astype(np.float64)
+    if variant.op == "max":
+        if not np.array_equal(out, host.max(axis=-1).astype(np.float64)):
+            raise AssertionError(f"{variant.name_expression}: a row max differs from the exact one")
+        return 0.0
+    exact, magnitude = _exact_of(host)
+    cols = host.shape[-1]
+    depth = cols + 2 * math.ceil(math.log2(max(cols, 2))) + 4
+    bound = depth * UNIT_ROUNDOFF / (1 - depth * UNIT_ROUNDOFF) * magnitude
+    if not (np.abs(out - exact) <= bound).all():
+        raise AssertionError(f"{variant.name_expression}: a row sum is beyond its error bound")
+    return float((np.abs(out - exact) / np.maximum(magnitude, np.finfo(np.float64).tiny)).max())
+
+
+def _matrix(rows, cols):
+    host, x, _ = inputs.get(rows * cols, "float32")
+    return host.reshape(rows, cols), x.reshape(rows, cols)
+
+
+_outputs = {}
+
+
+def _row_output(rows):
+    if rows not in _outputs:
+        _outputs[rows] = DeviceArray((rows,), np.float32)
+    return _outputs[rows]
+
+
+def measure_rows(bench, variant: RowVariant, rows: int, cols: int):
+    def setup():
+        host, x = _matrix(rows, cols)
+        y = _row_output(rows)
+        return (lambda: variant.launch(x, y)), (lambda: check_rows(variant, x, y, host))
+    return bench.measure(variant.name, dtype="float32", shape=[rows, cols], config=variant.config,
+                         bytes=_row_bytes(rows, cols), setup=setup)
+
+
+# ---------------------------------------------------------------- the peers, on the same bytes
+
+_compiled_torch = {}
+
+
+def _torch_view(x: DeviceArray):
+    torch = torch_module()
+    return torch, torch.as_tensor(x, device="cuda")
+
+
+def _torch_sum(torch, dims, compiled: bool, shape):
+    """torch.sum over ``dims``, eager or torch.compile'd for this one shape (dynamic=False:
+    Inductor specializes the kernel to the shape, its best case)."""
+    fn = (lambda t: t.sum()) if dims is None else (lambda t: t.sum(dims))
+    if not compiled:
+        return fn
+    key = (dims, tuple(shape))
+    if key not in _compiled_torch:
+        import torch._dynamo
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        if hasattr(torch._dynamo.config, "recompile_limit"):
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+        _compiled_torch[key] = torch.compile(fn, dynamic=False)
+    return _compiled_torch[key]
+
+
+PEER_TOLERANCE = 1e-5  # |sum - exact| / sum |x| for the libraries we compare with: a sanity check
+
+
+def _check_peer(got, exact, magnitude, what: str) -> float:
+    error = np.abs(np.asarray(got, np.float64) - exact) / np.maximum(magnitude, np.finfo(np.float64).tiny)
+    if not (error <= PEER_TOLERANCE).all():
+        raise AssertionError(f"{what} disagrees with the float64 sum (error {error.max():.2g})")
+    return float(error.max())
+
+
+def _check_torch(run, torch, exact, magnitude, what):
+    out = run()
+    torch.cuda.synchronize()
+    return _check_peer(out.double().cpu().numpy(), exact, magnitude, what)
+
+
+def measure_torch_sum(bench, n: int, *, compiled: bool = False):
+    """``torch.sum`` (eager or torch.compile'd) on the very bytes our kernels sum."""
+    def setup():
+        host, x, _ = inputs.get(n, "float32")
+        torch, t = _torch_view(x)
+        fn = _torch_sum(torch, None, compiled, t.shape)
+        exact, magnitude = _exact_of(host)
+        return (lambda: fn(t)), (lambda: _check_torch(lambda: fn(t), torch, exact, magnitude, "torch.sum"))
+    return bench.measure("torch.compile" if compiled else "torch", dtype="float32", shape=[n],
+                         config={"op": "sum"}, bytes=bytes_moved(n), setup=setup)
+
+
+def cub_description() -> str:
+    """What cupy.sum runs: CUB's device reduction when CuPy's CUB accelerator is on."""
+    try:
+        from cupy._core import _accelerator
+        return "CUB (cupy.sum)" if _accelerator.ACCELERATOR_CUB in _accelerator.get_reduction_accelerators() \
+            else "cupy.sum (CuPy's own reduction: CUB accelerator off)"
+    except (ImportError, AttributeError):
+        return "cupy.sum"
+
+
+def measure_cub_sum(bench, n: int):
+    """``cupy.sum``, which CuPy runs through CUB's DeviceReduce (CUPY_ACCELERATORS=cub,
+    CuPy's default), on the very bytes our kernels sum."""
+    def setup():
+        os.environ.setdefault("CUPY_ACCELERATORS", "cub")  # CuPy's default since v11; read at import
+        try:
+            import cupy
+        except ImportError:
+            raise Unavailable("CuPy is not installed") from None
+        host, x, _ = inputs.get(n, "float32")
+        c = cupy.asarray(x)
+        exact, magnitude = _exact_of(host)
+
+        return (lambda: c.sum()), (lambda: _check_peer(float(c.sum()), exact, magnitude, "cupy.sum"))
+    return bench.measure("cub", dtype="float32", shape=[n], config={"op": "cupy.sum"},
+                         bytes=bytes_moved(n), setup=setup)
+
+
+def measure_torch_rows(bench, rows: int, cols: int, *, compiled: bool = False):
+    """``x.sum(-1)`` (eager or torch.compile'd) on the very bytes our row kernels read."""
+    def setup():
+        host, x = _matrix(rows, cols)
+        torch, t = _torch_view(x)
+        fn = _torch_sum(torch, -1, compiled, t.shape)
+        exact, magnitude = _exact_of(host)
+        return (lambda: fn(t)), (lambda: _check_torch(lambda: fn(t), torch, exact, magnitude, "torch.sum(-1)"))
+    return bench.measure("torch.compile" if compiled else "torch", dtype="float32", shape=[rows, cols],
+                         config={"op": "sum(-1)"}, bytes=_row_bytes(rows, cols), setup=setup)

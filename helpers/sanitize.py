@@ -62,14 +62,25 @@ def attribute(output: str) -> Counter:
     for line in output.splitlines():
         if line.startswith(MARKER):
             case = line[len(MARKER):].strip()
-        elif re.match(r"^========= (?!\s)(?!ERROR SUMMARY)(?!COMPUTE-SANITIZER)(?!Target application)\S", line):
+        elif re.match(r"^========= (?!\s)(?![A-Z]+ SUMMARY)(?!COMPUTE-SANITIZER)(?!Target application)\S", line):
             counts[case] += 1
     return counts
 
 
+def kernel_of(case: str) -> str:
+    """'gelu_kernels:gelu_packed<float, 4, 128, 0> n=7' -> 'gelu_kernels:gelu_packed<float, 4, 128, 0>'."""
+    return re.split(r" (?:n=|shape=|offset=|strides )", case)[0]
+
+
 def error_summary(output: str) -> int | None:
+    """The tool's own count: 'ERROR SUMMARY: n errors' (memcheck, synccheck, initcheck),
+    or 'RACECHECK SUMMARY: n hazards displayed (e errors, w warnings)', where every
+    hazard counts, warnings included. None when the tool printed no summary."""
     found = re.findall(r"ERROR SUMMARY: (\d+) error", output)
-    return int(found[-1]) if found else None
+    if found:
+        return int(found[-1])
+    races = re.findall(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", output)
+    return max(int(races[-1][0]), int(races[-1][1]) + int(races[-1][2])) if races else None
 
 
 def find_sanitizer() -> str:
@@ -86,6 +97,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tool", choices=TOOLS, action="append", help="one tool (repeatable); default all four")
     parser.add_argument("--cases", default="", help="only cases whose name contains this")
+    parser.add_argument("--per-kernel", action="store_true", help="print the report count of every kernel, zeros too")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -108,6 +120,12 @@ def main(argv=None) -> int:
               f"{len(names)} cases{'' if finished else ' (the run did not finish)'}")
         for case, count in sorted(per_case.items()):
             print(f"    {count:4d}  {case}")
+        if args.per_kernel:
+            per_kernel = Counter({kernel_of(name): 0 for name in names})
+            for case, count in per_case.items():
+                per_kernel[kernel_of(case)] += count
+            for kernel, count in sorted(per_kernel.items()):
+                print(f"    {tool}: {count} reports  {kernel}")
         if not ok:
             print(output[-4000:])
     return 1 if failed else 0

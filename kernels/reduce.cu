@@ -5,7 +5,7 @@
 // launches again on the partials until one value is left. Step 9 finishes in one
 // launch. Bytes that must move: n * sizeof(float) read (the output is 4 bytes),
 // declared in helpers/reduce_kernels.py.
-#include "pack.cuh"
+#include "reduce.cuh"
 
 // ---------------------------------------------------------------- whole array
 
@@ -59,6 +59,30 @@ reduce_interleaved_strided(const float* __restrict__ x, float* __restrict__ part
         __syncthreads();
     }
     if (t == 0) partial[blockIdx.x] = s[0];
+}
+
+// Measuring what step 2's bank conflicts cost. Shared memory has 32 banks;
+// 4-byte word i lives in bank i % 32, and a bank serves one word per cycle. One
+// warp repeats a read-modify-write of s[lane * stride]: with stride 1 the 32 lanes
+// hit 32 banks; with stride 2, pairs of lanes share a bank (a 2-way conflict, the
+// access is replayed); with stride 32 all lanes hit bank 0 (32-way). Each access
+// depends on the last (volatile), so the cycles per access are its latency, with
+// the replays in it.
+__global__ void bank_conflict_probe(int stride, int repeats, long long* __restrict__ cycles, float* __restrict__ sink) {
+    __shared__ float words[32 * 32];
+    volatile float* s = words;
+    for (int i = threadIdx.x; i < 32 * 32; i += 32) s[i] = static_cast<float>(i);
+    __syncwarp();
+    const int index = threadIdx.x * stride % (32 * 32);  // distinct per lane for stride <= 32
+    float v = 0.0f;
+    const long long start = clock64();
+    for (int r = 0; r < repeats; ++r) {
+        v += s[index];
+        s[index] = v;
+    }
+    const long long end = clock64();
+    if (threadIdx.x == 0) *cycles = end - start;
+    sink[threadIdx.x] = v;  // keeps the loop from being optimized away
 }
 
 // Step 3: sequential addressing. Thread t adds s[t + stride] into s[t], with the
@@ -166,39 +190,9 @@ reduce_cascaded(const float* __restrict__ x, float* __restrict__ partial, long l
     if (t == 0) partial[blockIdx.x] = s[0];
 }
 
-// Step 8: warp shuffles. Inside a warp, registers are exchanged directly
-// (__shfl_xor_sync): no shared memory and no barrier. Each warp's sum goes to
-// one shared slot; the first warp reduces those. Reused by the row reductions.
-struct Sum {
-    __device__ static float identity() { return 0.0f; }
-    __device__ static float apply(float a, float b) { return a + b; }
-};
-struct Max {
-    __device__ static float identity() { return -__int_as_float(0x7f800000); }  // -inf
-    __device__ static float apply(float a, float b) { return fmaxf(a, b); }
-};
-
-template <typename Op>
-__device__ __forceinline__ float warp_reduce(float v) {
-#pragma unroll
-    for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, lane_mask));
-    return v;  // every lane holds the warp's result
-}
-
-template <typename Op, int BlockSize>
-__device__ __forceinline__ float block_reduce(float v) {
-    static_assert(BlockSize % 32 == 0 && BlockSize <= 1024, "whole warps, at most 1024 threads");
-    __shared__ float warp_results[BlockSize / 32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_reduce<Op>(v);
-    if (lane == 0) warp_results[warp] = v;
-    __syncthreads();
-    v = threadIdx.x < BlockSize / 32 ? warp_results[threadIdx.x] : Op::identity();
-    if (warp == 0) v = warp_reduce<Op>(v);
-    __syncthreads();  // warp_results may be reused by the caller's next block_reduce
-    return v;  // valid in warp 0
-}
-
+// Step 8: warp shuffles (warp_reduce and block_reduce, in reduce.cuh, which the
+// row reductions, softmax and LayerNorm reuse): registers move between the lanes
+// of a warp directly, without shared memory or a barrier.
 template <int BlockSize>
 __global__ void __launch_bounds__(BlockSize)
 reduce_shuffle(const float* __restrict__ x, float* __restrict__ partial, long long n) {
@@ -211,30 +205,18 @@ reduce_shuffle(const float* __restrict__ x, float* __restrict__ partial, long lo
     if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// Step 9: 128-bit loads and a single pass. Each block writes its partial; the
-// last block to finish (found with an atomic counter after a fence) sums the
-// partials in a fixed order, so the result is the same on every run, and resets
-// the counter for the next launch. Works for any n: the float4 loop covers the
-// aligned bulk, a scalar loop the few elements before and after it.
-template <int BlockSize>
+// Step 9: 128-bit loads, Fold of them in flight (fold_strided, in reduce.cuh), and
+// a single pass; EvictFirst marks the loads read-once. One wave of blocks walks
+// the array; each block writes its partial; the last
+// block to finish (found with an atomic counter after a fence) sums the partials
+// in a fixed order, so the result is the same on every run, and resets the
+// counter for the next launch.
+template <int BlockSize, int Fold, bool EvictFirst>
 __global__ void __launch_bounds__(BlockSize)
 reduce_single_pass(const float* __restrict__ x, float* __restrict__ partial, unsigned int* __restrict__ blocks_done,
                    float* __restrict__ result, long long n) {
-    using P = Pack<float, 4>;
-    // Elements before the first 16-byte boundary, then whole packs, then the rest.
-    const long long head = min(n, static_cast<long long>((16 - (reinterpret_cast<unsigned long long>(x) % 16)) % 16 / 4));
-    const long long num_packs = (n - head) / 4;
-    const P* packs = reinterpret_cast<const P*>(x + head);
     const long long thread = static_cast<long long>(blockIdx.x) * BlockSize + threadIdx.x;
-    const long long stride = static_cast<long long>(gridDim.x) * BlockSize;
-    float sum = 0.0f;
-    for (long long i = thread; i < num_packs; i += stride) {
-        const P p = packs[i];
-        sum += (p.values[0] + p.values[1]) + (p.values[2] + p.values[3]);
-    }
-    const long long tail = head + num_packs * 4;
-    if (thread < head) sum += x[thread];
-    if (tail + thread < n) sum += x[tail + thread];
+    float sum = fold_strided<Sum, Fold, EvictFirst>(x, n, thread, static_cast<long long>(gridDim.x) * BlockSize);
     sum = block_reduce<Sum, BlockSize>(sum);
 
     __shared__ bool last;
@@ -256,39 +238,29 @@ reduce_single_pass(const float* __restrict__ x, float* __restrict__ partial, uns
 
 // ---------------------------------------------------------------- row-wise
 
-// One block per row: each thread folds its share of the row (float4 when the row
-// is 16-byte aligned, scalar otherwise), then one block_reduce. Any row length.
-template <typename Op, int BlockSize>
+// One block per row: the block walks its row Fold packs per thread at a time
+// (fold_strided handles rows that start off a 16-byte boundary, as rows of a
+// length that is not a multiple of 4 do), then one block_reduce. Any row length.
+template <typename Op, int BlockSize, int Fold>
 __global__ void __launch_bounds__(BlockSize)
 row_reduce_block(const float* __restrict__ x, float* __restrict__ y, long long cols) {
     const float* row = x + static_cast<long long>(blockIdx.x) * cols;
-    float v = Op::identity();
-    if (reinterpret_cast<unsigned long long>(row) % 16 == 0) {
-        using P = Pack<float, 4>;
-        const P* packs = reinterpret_cast<const P*>(row);
-        for (long long i = threadIdx.x; i < cols / 4; i += BlockSize) {
-            const P p = packs[i];
-            v = Op::apply(v, Op::apply(Op::apply(p.values[0], p.values[1]), Op::apply(p.values[2], p.values[3])));
-        }
-        for (long long i = cols / 4 * 4 + threadIdx.x; i < cols; i += BlockSize) v = Op::apply(v, row[i]);
-    } else {
-        for (long long i = threadIdx.x; i < cols; i += BlockSize) v = Op::apply(v, row[i]);
-    }
-    v = block_reduce<Op, BlockSize>(v);
+    const float v = block_reduce<Op, BlockSize>(fold_strided<Op, Fold>(row, cols, threadIdx.x, BlockSize));
     if (threadIdx.x == 0) y[blockIdx.x] = v;
 }
 
-// One warp per row, for short rows: no shared memory and no barrier at all.
-// Each block holds BlockSize / 32 rows.
-template <typename Op, int BlockSize>
+// A warp per row, for short rows: no shared memory and no barrier at all. For
+// rows shorter still, a group of GroupWidth < 32 lanes per row, so that a warp
+// serves 32 / GroupWidth rows and each lane still has several 16-byte loads to
+// keep in flight. Each block holds BlockSize / GroupWidth rows.
+template <typename Op, int BlockSize, int Fold, int GroupWidth>
 __global__ void __launch_bounds__(BlockSize)
 row_reduce_warp(const float* __restrict__ x, float* __restrict__ y, long long rows, long long cols) {
-    const long long r = static_cast<long long>(blockIdx.x) * (BlockSize / 32) + threadIdx.x / 32;
-    if (r >= rows) return;  // a whole warp leaves together: the shuffles below stay full-warp
-    const float* row = x + r * cols;
-    const int lane = threadIdx.x % 32;
-    float v = Op::identity();
-    for (long long i = lane; i < cols; i += 32) v = Op::apply(v, row[i]);
-    v = warp_reduce<Op>(v);
-    if (lane == 0) y[r] = v;
+    const long long r = static_cast<long long>(blockIdx.x) * (BlockSize / GroupWidth) + threadIdx.x / GroupWidth;
+    const int lane = threadIdx.x % GroupWidth;
+    // A group past the last row walks an empty row instead of returning: every
+    // lane of the warp must reach the shuffles of warp_reduce.
+    const bool valid = r < rows;
+    const float v = warp_reduce<Op, GroupWidth>(fold_strided<Op, Fold>(valid ? x + r * cols : x, valid ? cols : 0, lane, GroupWidth));
+    if (valid && lane == 0) y[r] = v;
 }

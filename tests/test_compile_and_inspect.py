@@ -109,7 +109,7 @@ def test_every_launch_path_loads_its_kernel_once(fresh_cache, monkeypatch):
     before = compiler.stats["nvrtc_compiles"]
     copy = CopyVariant("packed", "float32", 4, 256)
     assert copy.loaded() == copy.loaded() == "kernel:copy_packed<float, 4, 256, 1>"
-    assert compiler.loaded_kernel(REDUCE, SumVariant().name_expression) == "kernel:reduce_single_pass<256>"
+    assert compiler.loaded_kernel(REDUCE, SumVariant().name_expression) == "kernel:reduce_single_pass<256, 4, false>"
     assert compiler.loaded_kernel("timing.cu", "hold_gpu") == compiler.loaded_kernel("timing.cu", "hold_gpu")
-    assert loads == ["copy_packed<float, 4, 256, 1>", "reduce_single_pass<256>", "hold_gpu"]
+    assert loads == ["copy_packed<float, 4, 256, 1>", "reduce_single_pass<256, 4, false>", "hold_gpu"]
     assert compiler.stats["nvrtc_compiles"] == before + 3

@@ -105,3 +105,9 @@ def test_sanitizer_reports_are_counted_per_case():
         "========= Race reported between Write access at k()+0x20", MARKER + "c", MARKER + "done",
         "========= ERROR SUMMARY: 2 errors"])
     assert attribute(output) == {"b": 2} and error_summary(output) == 2
+    racecheck = "\n".join([MARKER + "a", "========= Error: Race reported between Write access at k()+0x20",
+                            MARKER + "done", "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"])
+    assert attribute(racecheck) == {"a": 1} and error_summary(racecheck) == 1
+    clean = MARKER + "done\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+    assert attribute(clean) == {} and error_summary(clean) == 0
+    assert error_summary(MARKER + "done") is None  # no summary: the run cannot be called clean

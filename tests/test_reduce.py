@@ -4,8 +4,9 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.reduce_kernels import (LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant, random_signs,
-                                    row_reduce, row_reference)
+from helpers.reduce_kernels import (FOLDS, LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant, random_signs,
+                                    row_reduce, row_reference, row_variant_for,
+                                    array_sum, bank_conflict_cycles, sum_variant_for)
 
 
 def ops(variant):
@@ -25,23 +26,38 @@ def test_the_single_pass_uses_16_byte_loads_and_one_atomic():
     single = ops(SumVariant("single_pass", 256))
     assert single["LDG.E.128"] >= 1 and sum(n for op, n in single.items() if op.startswith("ATOMG")) == 1
     assert any(op.startswith("MEMBAR") for op in single)  # the fence before the count
+    assert "LDG.E.EF.128" not in single and ops(SumVariant("single_pass", 256, evict_first=True))["LDG.E.EF.128"] >= 1
 
 
-def test_a_warp_per_row_needs_no_barrier():
+def test_fold_unrolls_the_walk_into_that_many_16_byte_loads():
+    """Each iteration of the walk loads fold packs. (ptxas then schedules them as it
+    likes; for fold 1 it unrolls the loop by itself: the chapter shows both.)"""
+    for fold in FOLDS:
+        variant = RowVariant("sum", "block", 256, fold)
+        assert ops(variant)["LDG.E.128.CONSTANT"] >= fold, fold
+
+
+def test_a_warp_per_row_needs_no_barrier_and_a_narrow_group_fewer_shuffles():
     assert not any(op.startswith("BAR") for op in ops(RowVariant("max", "warp", 256)))
+    assert ops(RowVariant("max", "warp", 256, 4, 32))["SHFL.BFLY"] == 5
+    assert ops(RowVariant("max", "warp", 256, 4, 8))["SHFL.BFLY"] == 3
     assert ops(RowVariant("sum", "block", 256))["LDG.E.128.CONSTANT"] >= 1
 
 
 def test_no_reduction_uses_local_memory():
     variants = [SumVariant(step, b) for step in LADDER for b in (64, 256, 1024)]
-    variants += [RowVariant(op, k, b) for op in ROW_OPS for k in ROW_KERNELS for b in (32, 256, 1024)]
+    variants += [RowVariant(op, k, b, f) for op in ROW_OPS for k in ROW_KERNELS for b in (32, 256, 1024) for f in FOLDS]
+    variants += [RowVariant("sum", "warp", 256, f, g) for f in FOLDS for g in (1, 2, 4, 8, 16)]
     for variant in variants:
         assert not variant.compiled(arch="sm_90").resources(variant.name_expression).uses_local_memory, variant
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(step="tree"), "step must be one of"),
                                               (dict(block_size=96), "power of two from 64"),
-                                              (dict(block_size=32), "power of two from 64")])
+                                              (dict(block_size=32), "power of two from 64"),
+                                              (dict(fold=3), "fold .* must be one of"),
+                                              (dict(step="shuffle", fold=2), "single pass only"),
+                                              (dict(step="shuffle", evict_first=True), "single pass only")])
 def test_sum_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         SumVariant(**kwargs)
@@ -52,6 +68,18 @@ def test_row_variants_refuse_what_they_cannot_take():
         RowVariant("mean")
     with pytest.raises(helpers.BookError, match="multiple of 32"):
         RowVariant("sum", "block", 100)
+    with pytest.raises(helpers.BookError, match="group_width"):
+        RowVariant("sum", "warp", 256, 4, 3)
+    with pytest.raises(helpers.BookError, match="group_width"):
+        RowVariant("sum", "block", 256, 4, 16)
+
+
+def test_the_dispatcher_gives_short_rows_narrow_groups_and_long_rows_blocks():
+    assert [(v.kernel, v.group_width) for v in map(row_variant_for, (1, 33, 256, 1000, 4097))] == [
+        ("warp", 1), ("warp", 8), ("warp", 32), ("warp", 32), ("block", 32)]
+    for cols in range(1, 1025):  # no lane ever has more than 8 packs to fold per row
+        variant = row_variant_for(cols)
+        assert -(-cols // 4) <= variant.group_width * 8
 
 
 # ---------------------------------------------------------------- on the GPU
@@ -59,7 +87,8 @@ def test_row_variants_refuse_what_they_cannot_take():
 SIZES = [1, 31, 1023, (1 << 20) + 7, (1 << 24) + 7]
 
 
-@pytest.mark.parametrize("variant", [SumVariant(step, b) for step in LADDER for b in (64, 256, 1024)],
+@pytest.mark.parametrize("variant", [SumVariant(step, b) for step in LADDER for b in (64, 256, 1024)] +
+                         [SumVariant("single_pass", 512, f, e) for f in FOLDS for e in (False, True)],
                          ids=lambda v: v.name_expression)
 def test_every_sum_is_exact_on_integers_and_within_its_bound_on_normals(gpu, variant):
     rng = np.random.default_rng()
@@ -91,12 +120,16 @@ def test_the_single_pass_can_run_again_and_sums_an_empty_array_to_zero(gpu):
     assert variant.sum(DeviceArray((0,), np.float32)) == 0.0
 
 
-@pytest.mark.parametrize("variant", [RowVariant(op, k, b) for op in ROW_OPS for k in ROW_KERNELS for b in (32, 256, 1024)],
+@pytest.mark.parametrize("variant", [RowVariant(op, k, b, f) for op in ROW_OPS for k in ROW_KERNELS
+                                     for b in (32, 256, 1024) for f in (1, 8)] +
+                         [RowVariant(op, "warp", 128, 4, g) for op in ROW_OPS for g in (1, 4, 16)],
                          ids=lambda v: v.name_expression)
 def test_row_reductions_on_awkward_shapes(gpu, variant):
     rng = np.random.default_rng()
     for shape in ((1, 1), (1, 33), (7, 1000), (4097, 33), (3, 4097), (2, 100003)):
-        host = rng.standard_normal(shape, dtype=np.float32) - (5.0 if variant.op == "max" else 0.0)  # max: all negative
+        host = rng.standard_normal(shape, dtype=np.float32)
+        if variant.op == "max":
+            host = -np.abs(host) - np.float32(1e-3)  # all negative: a max that starts from 0 would be wrong
         x, y = DeviceArray.from_numpy(host), DeviceArray((shape[0],), np.float32)
         y.poison()
         variant.launch(x, y)
@@ -108,10 +141,37 @@ def test_row_reductions_on_awkward_shapes(gpu, variant):
             assert (np.abs(out - ref) <= bound).all(), shape
 
 
-def test_the_row_dispatcher_picks_warps_for_short_rows(gpu):
-    x, y = DeviceArray((64, 100), np.float32), DeviceArray((64,), np.float32)
-    x.copy_from(np.ones((64, 100), np.float32))
-    assert row_reduce(x, y).kernel == "warp" and (y.to_numpy() == 100).all()
-    x, y = DeviceArray((4, 5000), np.float32), DeviceArray((4,), np.float32)
-    x.copy_from(np.ones((4, 5000), np.float32))
-    assert row_reduce(x, y, "max").kernel == "block" and (y.to_numpy() == 1).all()
+def test_the_row_dispatcher_on_every_short_row_length(gpu):
+    """Every length from 1 to 1100 through the dispatcher (narrow groups, warps, blocks),
+    on 37 rows (not a multiple of any group count per block), exact on +-1."""
+    for cols in list(range(1, 70)) + [127, 128, 129, 255, 256, 257, 511, 1000, 1023, 1024, 1025, 1100]:
+        host = random_signs(37 * cols).reshape(37, cols)
+        x, y = DeviceArray.from_numpy(host), DeviceArray((37,), np.float32)
+        for op in ROW_OPS:
+            y.poison()
+            row_reduce(x, y, op)
+            assert np.array_equal(y.to_numpy(), row_reference(host, op)), (cols, op)
+
+
+def test_bank_conflicts_cost_what_the_banks_predict(gpu):
+    cycles = bank_conflict_cycles()
+    # 32 lanes in one bank: the access is replayed; on an H200 a dependent access costs
+    # about 33 cycles without a conflict and 157 with a 32-way one (chapter 3)
+    assert cycles[32] > 3 * cycles[1]
+    assert cycles[1] <= cycles[2] <= cycles[4] <= cycles[8] <= cycles[16] <= cycles[32]
+
+
+def test_the_library_sum_takes_any_size_and_alignment(gpu):
+    signs = random_signs((1 << 20) + 9)
+    x = DeviceArray.from_numpy(signs)
+    for offset, n in ((0, 1), (1, 5), (3, 1000), (2, (1 << 20) + 7)):
+        assert array_sum(x.view(offset, n)) == signs[offset:offset + n].astype(np.int64).sum(), (offset, n)
+    assert sum_variant_for(1 << 20).evict_first and not sum_variant_for(1 << 30).evict_first
+
+
+def test_the_replayed_library_choice_uses_the_recorded_gpus_l2():
+    import json
+    from helpers.paths import ROOT
+    from helpers.reduce_kernels import RECORDED_L2_BYTES
+    recording = json.loads((ROOT / "book" / "data" / "reduce.json").read_text())
+    assert RECORDED_L2_BYTES == recording["environment"]["l2_mib"] << 20

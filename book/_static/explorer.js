@@ -23,7 +23,10 @@
     });
   }
 
-  const sizeOf = (row) => row.bytes / 2;  // bytes of the input (read + write counted in row.bytes)
+  // Bytes of the input: its shape times its element size (row.bytes counts every byte
+  // moved, which is twice that for a copy and once for a sum).
+  const ITEM = {float64: 8, float32: 4, int32: 4, uint32: 4, float16: 2, bfloat16: 2, uint8: 1};
+  const sizeOf = (row) => row.shape.reduce((a, b) => a * b, 1) * (ITEM[row.dtype] || 1);
   const label = (bytes) => {
     for (const [unit, scale] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
       if (bytes >= scale) return `${+(bytes / scale).toFixed(1)} ${unit}`;
@@ -46,7 +49,8 @@
     const xs = rows.map((r) => Math.log2(sizeOf(r)));
     const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
     const yMax = ceiling * 1.15;
-    const px = (r) => L + ((Math.log2(sizeOf(r)) - x0) / (x1 - x0)) * (W - L - R);
+    const at = (size) => L + ((Math.log2(size) - x0) / (x1 - x0)) * (W - L - R);
+    const px = (r) => at(sizeOf(r));
     const py = (gbs) => H - B - (gbs / yMax) * (H - T - B);
     el("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#333"}, svg);
     el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#333"}, svg);
@@ -57,11 +61,11 @@
     const ticks = [...new Set(rows.map(sizeOf))].sort((a, b) => a - b);
     const step = Math.ceil(ticks.length / 7);
     ticks.filter((_, i) => i % step === 0).forEach((t) => {
-      el("text", {x: px({bytes: 2 * t}), y: H - B + 16, "text-anchor": "middle", "font-size": 11}, svg).textContent = label(t);
+      el("text", {x: at(t), y: H - B + 16, "text-anchor": "middle", "font-size": 11}, svg).textContent = label(t);
     });
     el("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12}, svg).textContent = "input size";
     el("text", {x: 14, y: (T + H - B) / 2, "font-size": 12, transform: `rotate(-90 14 ${(T + H - B) / 2})`,
-                "text-anchor": "middle"}, svg).textContent = "GB/s (read + written)";
+                "text-anchor": "middle"}, svg).textContent = "GB/s (bytes moved)";
     el("line", {x1: L, y1: py(ceiling), x2: W - R, y2: py(ceiling), stroke: "crimson", "stroke-dasharray": "3 3"}, svg);
     el("text", {x: W - R, y: py(ceiling) - 4, "text-anchor": "end", "font-size": 11, fill: "crimson"}, svg)
       .textContent = `copy ceiling ${Math.round(ceiling)} GB/s`;
