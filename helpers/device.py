@@ -361,12 +361,7 @@ class Kernel:
     def __call__(self, grid, block, *args, shared_bytes: int = 0, stream=None):
         grid, block = self.validate(grid, block, shared_bytes)
         cu = _driver()
-        if shared_bytes > self._dynamic_shared_limit:
-            # Above 48 KiB a kernel must opt in to dynamic shared memory.
-            check(cu.cuFuncSetAttribute(
-                self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared_bytes), f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes")
-            self._dynamic_shared_limit = shared_bytes
+        self._allow_dynamic_shared(shared_bytes)
         values = [_kernel_argument(a) for a in args]
         pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         check(cu.cuLaunchKernel(self.function, *grid, *block, shared_bytes,
@@ -374,11 +369,22 @@ class Kernel:
                                 ctypes.addressof(pointers), 0),
               f"launching {self.name} (grid {grid}, block {block})")
 
+    def _allow_dynamic_shared(self, shared_bytes: int):
+        if shared_bytes > self._dynamic_shared_limit:
+            # Above 48 KiB a kernel must opt in to dynamic shared memory.
+            cu = _driver()
+            check(cu.cuFuncSetAttribute(
+                self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes), f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes")
+            self._dynamic_shared_limit = shared_bytes
+
     def max_active_blocks_per_sm(self, block_threads: int, shared_bytes: int = 0) -> int:
-        """Resident blocks per SM, from the driver's occupancy calculator."""
+        """Resident blocks per SM, from the driver's occupancy calculator (after the
+        opt-in that dynamic shared memory above 48 KiB needs)."""
         key = (block_threads, shared_bytes)
         if key not in self._occupancy:
             gpu()
+            self._allow_dynamic_shared(shared_bytes)
             self._occupancy[key] = check(_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 self.function, block_threads, shared_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return self._occupancy[key]

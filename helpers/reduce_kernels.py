@@ -253,7 +253,7 @@ class RowVariant:
             kernel(-(-rows // rows_per_block), self.block_size, x, y, rows, cols)
 
 
-def _power_of_two_at_least(value: int) -> int:
+def power_of_two_at_least(value: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
@@ -267,8 +267,8 @@ def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
     flight per row matter more than the last wave of blocks."""
     packs = -(-max(cols, 1) // 4)
     if cols <= 1024:
-        group = min(32, _power_of_two_at_least(-(-packs // 2)))
-        return RowVariant(op, "warp", 256, min(8, _power_of_two_at_least(-(-packs // group))), group)
+        group = min(32, power_of_two_at_least(-(-packs // 2)))
+        return RowVariant(op, "warp", 256, min(8, power_of_two_at_least(-(-packs // group))), group)
     return RowVariant(op, "block", 256 if cols <= 16384 else 1024, 4)
 
 
