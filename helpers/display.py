@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
+from .operands import DTYPES
 from .paths import kernel_path
 
 MIB = 1 << 20
@@ -26,11 +27,8 @@ def size_label(nbytes: int) -> str:
 
 def input_bytes(row) -> int:
     """The size of a row's input in bytes: its shape times its element size."""
-    return int(np.prod(row.shape, dtype=np.int64)) * np_dtype_size(row.dtype)
-
-
-def np_dtype_size(dtype: str) -> int:
-    return {"bfloat16": 2}.get(dtype) or np.dtype(dtype).itemsize
+    itemsize = (DTYPES.get(row.dtype) or np.dtype(row.dtype)).itemsize  # DTYPES knows bfloat16
+    return int(np.prod(row.shape, dtype=np.int64)) * itemsize
 
 
 def plot_bandwidth(ax, series: dict, *, ceiling_gbs: float, label: str, x: str = "size",

@@ -16,11 +16,11 @@ import numpy as np
 from . import device
 from .device import DeviceArray
 from .errors import InputError
-from .operands import PACK_BYTES_MAX, ElementwiseVariant, InputPool, np_dtype, torch_dtype, torch_module
+from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, np_dtype, torch_dtype,
+                       torch_module, widest_pack)
 
 SOURCE = "gelu.cu"
 SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh"]
-C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 MATHS = {"tanh": 0, "erf": 1, "tanh_approx": 2, "half2": 3}  # GeluMath in gelu.cu
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has
@@ -84,13 +84,10 @@ class GeluVariant(ElementwiseVariant):
 def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "tanh", block_size: int = 256) -> GeluVariant:
     """y = GELU(x), as a library would do it: 16-byte packs when both pointers allow
     them, the scalar path otherwise. Returns the variant that ran."""
-    dtype = str(x.dtype)
-    widest = PACK_BYTES_MAX // np_dtype(dtype).itemsize
-    pack = next(p for p in (widest, widest // 2, widest // 4, widest // 8, 1)
-                if p >= 1 and x.aligned_to(p * x.dtype.itemsize) and y.aligned_to(p * x.dtype.itemsize))
+    pack = widest_pack(x, y)
     if math == "half2" and pack < 2:
         math = "tanh_approx"  # pairs need 4-byte alignment; the nearest scalar arithmetic
-    variant = GeluVariant("packed", dtype, pack, block_size, math)
+    variant = GeluVariant("packed", str(x.dtype), pack, block_size, math)
     variant.launch(x, y)
     return variant
 
@@ -123,20 +120,13 @@ def random_input(n: int, dtype: str, seed=None) -> np.ndarray:
     return x.astype(np_dtype(dtype))
 
 
-_references = {}  # (id(x), formula) -> (x, its float64 reference): kept for a few inputs
+_references = HostReferences()
 
 
 def _reference_of(x: np.ndarray, math: str) -> np.ndarray:
-    """The float64 reference of a host input, computed once: a sweep checks many
-    kernels on the same input, and tanh of 2^28 doubles takes seconds."""
+    """The float64 reference of a host input, computed once per input and formula."""
     formula = "erf" if math == "erf" else "tanh"
-    key = (id(x), formula)
-    if key not in _references:
-        while len(_references) >= 4:
-            _references.pop(next(iter(_references)))
-        # holding x keeps its id from being reused while the entry lives
-        _references[key] = (x, reference(x.astype(np.float64).reshape(-1), formula))
-    return _references[key][1]
+    return _references.get(x, formula, lambda h: reference(h.astype(np.float64).reshape(-1), formula))
 
 
 def gelu_error(x: np.ndarray, y: np.ndarray, math: str) -> float:

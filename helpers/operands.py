@@ -32,6 +32,47 @@ def np_dtype(name: str) -> np.dtype:
 
 
 PACK_BYTES_MAX = 16  # the widest single access of sm_90
+# The storage types of the kernels that compute in float (GELU, softmax), as C++ names.
+C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+
+def check_pack_size(pack_size: int, dtype: str):
+    """A pack is a power of two of elements moving as one access of at most 16 bytes."""
+    itemsize = np_dtype(dtype).itemsize
+    if pack_size < 1 or pack_size & (pack_size - 1) or pack_size * itemsize > PACK_BYTES_MAX:
+        raise InputError(f"pack_size must be a power of two with at most {PACK_BYTES_MAX} bytes "
+                         f"per pack ({PACK_BYTES_MAX // itemsize} {dtype}), got {pack_size}")
+
+
+def widest_pack(*arrays: DeviceArray, divides: int = None) -> int:
+    """The widest pack (elements, up to 16 bytes) that every array's address is aligned
+    to and, if given, that divides ``divides`` (a row length); 1 when none is."""
+    itemsize = arrays[0].dtype.itemsize
+    pack = PACK_BYTES_MAX // itemsize
+    while pack > 1 and (any(not a.aligned_to(pack * itemsize) for a in arrays)
+                        or (divides is not None and divides % pack)):
+        pack //= 2
+    return pack
+
+
+class HostReferences:
+    """float64 references of host inputs, computed once per (input, kind) and kept for
+    the last few inputs: a sweep checks many kernels against the same input, and a
+    reference of 2^28 values takes seconds. An input is known by its memory (address,
+    shape, strides), so two views of the same values (a reshape per measurement) share
+    an entry while two offset views do not; each entry holds its input, so the memory
+    is not reused meanwhile."""
+
+    def __init__(self, keep: int = 4):
+        self.keep, self.entries = keep, {}
+
+    def get(self, host: np.ndarray, kind, compute):
+        key = (host.__array_interface__["data"][0], host.shape, host.strides, host.dtype.str, kind)
+        if key not in self.entries:
+            while len(self.entries) >= self.keep:
+                self.entries.pop(next(iter(self.entries)))  # the oldest goes first
+            self.entries[key] = (host, compute(host))
+        return self.entries[key][1]
 
 
 @dataclass(frozen=True)
@@ -58,10 +99,7 @@ class ElementwiseVariant:
         if not 1 <= self.block_size <= 1024:
             raise LaunchConfigError(f"block_size must be in 1..1024, got {self.block_size}")
         if self.packed:
-            itemsize = np_dtype(self.dtype).itemsize
-            if self.pack_size < 1 or self.pack_size & (self.pack_size - 1) or self.pack_size * itemsize > PACK_BYTES_MAX:
-                raise InputError(f"pack_size must be a power of two with at most {PACK_BYTES_MAX} bytes "
-                                 f"per pack ({PACK_BYTES_MAX // itemsize} {self.dtype}), got {self.pack_size}")
+            check_pack_size(self.pack_size, self.dtype)
             if self.block_size % 32:
                 raise LaunchConfigError(f"block_size must be a multiple of 32 (a whole number of warps), "
                                         f"got {self.block_size}; try {max(32, self.block_size // 32 * 32)}")

@@ -17,7 +17,7 @@ from .bench import Unavailable
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import InputPool, random_normal, torch_module
+from .operands import HostReferences, InputPool, torch_module
 
 SOURCE = "reduce.cu"
 SOURCES = ["kernels/reduce.cu", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -27,6 +27,7 @@ TWO_PER_THREAD = ("first_add", "unroll_last_warp", "complete_unroll")  # each th
 GRID_STRIDE = ("cascaded", "shuffle", "single_pass")  # one wave of blocks; each thread loops
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
 FOLDS = (1, 2, 4, 8)  # 16-byte loads in flight per thread (the fast kernels' template parameter)
+GROUP_WIDTHS = (1, 2, 4, 8, 16, 32)  # lanes per row when a warp serves several rows (warp_reduce<Op, Width>)
 
 
 def bytes_moved(n: int) -> int:
@@ -204,7 +205,7 @@ class RowVariant:
 
     def __post_init__(self):
         _check_fold(self.fold)
-        if self.group_width not in (1, 2, 4, 8, 16, 32) or (self.kernel == "block" and self.group_width != 32):
+        if self.group_width not in GROUP_WIDTHS or (self.kernel == "block" and self.group_width != 32):
             raise InputError(f"group_width (lanes per row of the warp kernel) must be a power of two up to 32, "
                              f"and 32 for the block kernel; got {self.group_width}")
         if self.op not in ROW_OPS:
@@ -317,18 +318,15 @@ def sanitizer_cases():
 # ---------------------------------------------------------------- measuring (chapter 3)
 
 inputs = InputPool()
-_exact = {}  # id(host input) -> (host, float64 sum along the reduced axis, sum of |x|)
+_exact = HostReferences()
 
 
 def _exact_of(host: np.ndarray):
-    """The float64 sums of a host input, computed once per input (a sweep checks many
-    kernels on it). Holding host keeps its id from being reused while the entry lives."""
-    if id(host) not in _exact:
-        while len(_exact) >= 4:
-            _exact.pop(next(iter(_exact)))
-        wide = host.astype(np.float64)
-        _exact[id(host)] = (host, wide.sum(axis=-1), np.abs(wide).sum(axis=-1))
-    return _exact[id(host)][1:]
+    """The float64 sums along the last axis of a host input, and of its magnitudes."""
+    def sums(h):
+        wide = h.astype(np.float64)
+        return wide.sum(axis=-1), np.abs(wide).sum(axis=-1)
+    return _exact.get(host, "sums", sums)
 
 
 def check_sum(variant: SumVariant, x: DeviceArray, host: np.ndarray) -> float:
@@ -480,7 +478,6 @@ def measure_cub_sum(bench, n: int):
         host, x, _ = inputs.get(n, "float32")
         c = cupy.asarray(x)
         exact, magnitude = _exact_of(host)
-
         return (lambda: c.sum()), (lambda: _check_peer(float(c.sum()), exact, magnitude, "cupy.sum"))
     return bench.measure("cub", dtype="float32", shape=[n], config={"op": "cupy.sum"},
                          bytes=bytes_moved(n), setup=setup)

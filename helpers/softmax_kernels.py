@@ -17,12 +17,11 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import PACK_BYTES_MAX, check_operands, np_dtype
-from .reduce_kernels import power_of_two_at_least
+from .operands import C_TYPES, check_operands, check_pack_size, np_dtype, widest_pack
+from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
 SOURCES = ["kernels/softmax.cu", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
-C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 PATHS = ("warp", "block_cached", "block_uncached")
 MAX_COLS_PER_THREAD = 32  # registers per lane for the row: beyond this the warp path spills
 
@@ -48,14 +47,11 @@ class SoftmaxVariant:
             raise InputError(f"path must be one of {PATHS}, got {self.path!r}")
         if self.dtype not in C_TYPES:
             raise InputError(f"dtype must be one of {tuple(C_TYPES)}, got {self.dtype!r}")
-        itemsize = np_dtype(self.dtype).itemsize
-        if self.pack_size < 1 or self.pack_size & (self.pack_size - 1) or self.pack_size * itemsize > PACK_BYTES_MAX:
-            raise InputError(f"pack_size must be a power of two of at most {PACK_BYTES_MAX} bytes "
-                             f"({PACK_BYTES_MAX // itemsize} {self.dtype}), got {self.pack_size}")
+        check_pack_size(self.pack_size, self.dtype)
         if self.block_size % 32 or not 32 <= self.block_size <= 1024:
             raise LaunchConfigError(f"block_size must be a multiple of 32 from 32 to 1024, got {self.block_size}")
         if self.path == "warp":
-            if self.group_width not in (1, 2, 4, 8, 16, 32):
+            if self.group_width not in GROUP_WIDTHS:
                 raise InputError(f"group_width must be a power of two up to 32, got {self.group_width}")
             if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= MAX_COLS_PER_THREAD:
                 raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
@@ -134,14 +130,6 @@ class SoftmaxVariant:
                shared_bytes=self.shared_bytes(cols))
 
 
-def _widest_pack(x: DeviceArray, y: DeviceArray, cols: int) -> int:
-    itemsize = x.dtype.itemsize
-    pack = PACK_BYTES_MAX // itemsize
-    while pack > 1 and (cols % pack or not x.aligned_to(pack * itemsize) or not y.aligned_to(pack * itemsize)):
-        pack //= 2
-    return pack
-
-
 def variant_for(rows: int, cols: int, dtype: str, pack: int) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, with just enough lanes that each holds at most 32 values, and two rows
@@ -172,7 +160,7 @@ def softmax(x: DeviceArray, y: DeviceArray) -> SoftmaxVariant:
     if len(x.shape) != 2:
         raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
     rows, cols = x.shape
-    variant = variant_for(rows, cols, str(x.dtype), _widest_pack(x, y, cols))
+    variant = variant_for(rows, cols, str(x.dtype), widest_pack(x, y, divides=cols))
     variant.launch(x, y)
     return variant
 

@@ -175,3 +175,14 @@ def test_the_replayed_library_choice_uses_the_recorded_gpus_l2():
     from helpers.reduce_kernels import RECORDED_L2_BYTES
     recording = json.loads((ROOT / "book" / "data" / "reduce.json").read_text())
     assert RECORDED_L2_BYTES == recording["environment"]["l2_mib"] << 20
+
+
+def test_host_references_are_shared_by_reshaped_views_not_by_offset_views():
+    from helpers.operands import HostReferences
+    references, computed = HostReferences(), []
+    values = np.arange(12.0)
+    total = lambda h: computed.append(h.shape) or h.sum(-1)  # noqa: E731
+    assert references.get(values[0:6], "sum", total) == 15 and references.get(values[1:7], "sum", total) == 21
+    first = references.get(values.reshape(3, 4), "sum", total)
+    assert np.array_equal(references.get(values.reshape(3, 4), "sum", total), first)
+    assert computed == [(6,), (6,), (3, 4)]  # the second reshape was a lookup
