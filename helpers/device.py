@@ -330,6 +330,7 @@ class Kernel:
         self.static_shared_bytes = attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES")
         self._dynamic_shared_limit = STATIC_SHARED_LIMIT
         self._occupancy = {}
+        self._non_portable_clusters = False
 
     def validate(self, grid, block, shared_bytes: int = 0) -> tuple:
         """Raise LaunchConfigError, with what would work, for a launch the kernel cannot take."""
@@ -358,16 +359,58 @@ class Kernel:
                 f"{device.max_shared_per_block_optin} bytes")
         return grid, block
 
-    def __call__(self, grid, block, *args, shared_bytes: int = 0, stream=None):
+    def __call__(self, grid, block, *args, shared_bytes: int = 0, stream=None, cluster: int = 1):
+        """Launch. cluster > 1: consecutive blocks along x form thread-block clusters of
+        that many blocks (sm_90; they run together on one GPC and share shared memory)."""
         grid, block = self.validate(grid, block, shared_bytes)
         cu = _driver()
         self._allow_dynamic_shared(shared_bytes)
         values = [_kernel_argument(a) for a in args]
         pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        check(cu.cuLaunchKernel(self.function, *grid, *block, shared_bytes,
-                                stream if stream is not None else cu.CUstream(0),
-                                ctypes.addressof(pointers), 0),
-              f"launching {self.name} (grid {grid}, block {block})")
+        stream = stream if stream is not None else cu.CUstream(0)
+        if cluster == 1:
+            check(cu.cuLaunchKernel(self.function, *grid, *block, shared_bytes, stream, ctypes.addressof(pointers), 0),
+                  f"launching {self.name} (grid {grid}, block {block})")
+            return
+        config = self._cluster_config(grid, block, shared_bytes, cluster)
+        config.hStream = stream
+        check(cu.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0),
+              f"launching {self.name} (grid {grid}, block {block}, clusters of {cluster})")
+
+    def _cluster_config(self, grid, block, shared_bytes: int, cluster: int):
+        cu = _driver()
+        if cluster not in (2, 4, 8, 16):
+            raise LaunchConfigError(f"{self.name}: a cluster is 1, 2, 4, 8 or 16 blocks, got {cluster}")
+        if grid[0] % cluster:
+            raise LaunchConfigError(f"{self.name}: grid.x = {grid[0]} is not a multiple of the cluster size {cluster}")
+        if cluster > 8 and not self._non_portable_clusters:
+            # 16 blocks per cluster is Hopper-specific: the kernel must opt in.
+            check(cu.cuFuncSetAttribute(
+                self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                f"allowing {self.name} clusters of {cluster} blocks")
+            self._non_portable_clusters = True
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = shared_bytes
+        attribute = cu.CUlaunchAttribute()
+        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        return config
+
+    def max_active_clusters(self, block_threads: int, cluster: int, shared_bytes: int = 0) -> int:
+        """Clusters of `cluster` blocks the whole GPU runs at once (cuOccupancyMaxActiveClusters):
+        0 when such a cluster cannot be placed at all."""
+        key = ("cluster", block_threads, cluster, shared_bytes)
+        if key not in self._occupancy:
+            gpu()
+            self._allow_dynamic_shared(shared_bytes)
+            config = self._cluster_config((cluster, 1, 1), (block_threads, 1, 1), shared_bytes, cluster)
+            self._occupancy[key] = check(_driver().cuOccupancyMaxActiveClusters(self.function, config),
+                                         "cuOccupancyMaxActiveClusters")
+        return self._occupancy[key]
 
     def _allow_dynamic_shared(self, shared_bytes: int):
         if shared_bytes > self._dynamic_shared_limit:

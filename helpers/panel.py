@@ -21,11 +21,12 @@ from .errors import BookError, DeviceOutOfMemoryError
 class Panel:
     def __init__(self, bench, *, provider: str, knobs: dict, sizes: list, measure,
                  baselines: dict = None, title: str = "", size_text=size_label,
-                 ylabel: str = "GB/s (bytes read + written)"):
+                 ylabel: str = "GB/s (bytes read + written)", x: str = "size", xlabel: str = "input size"):
         """``knobs``: {name: options}; ``sizes``: what ``measure`` takes (bytes or
         elements), shown on the slider by ``size_text``; ``measure(config, size)`` -> Row;
         ``baselines``: {label: fn(config, size) -> Row}."""
         self.bench, self.provider, self.measure, self.ylabel = bench, provider, measure, ylabel
+        self.x, self.xlabel = x, xlabel  # the plot's x axis: see display.plot_bandwidth
         self.baselines, self.title, self.sizes = baselines or {}, title, sorted(sizes)
         self.cache = {}  # (label, config, size) -> Row: a setting seen before is not re-measured
         self.controls = {name: widgets.Dropdown(options=self._options(name, options), description=name,
@@ -85,7 +86,7 @@ class Panel:
     def _draw(self, series, baselines):
         fig, ax = new_figure()
         plot_bandwidth(ax, series, ceiling_gbs=self.bench.copy_gbs, label=self.bench.label,
-                       baselines=baselines, ylabel=self.ylabel)
+                       baselines=baselines, ylabel=self.ylabel, x=self.x, xlabel=self.xlabel)
         if self.title:
             ax.set_title(self.title, loc="left", fontsize=10)
         with self.plot:

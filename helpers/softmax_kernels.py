@@ -1,11 +1,13 @@
-"""Chapter 4's softmax kernels (kernels/softmax.cu), host side: the three paths
-(a lane group per row with the row in registers, a block per row with the row in
-shared memory, a block per row re-reading the row), their launch rules, and the
-dispatcher that picks among them as a library would.
+"""Chapter 4's softmax kernels (kernels/softmax.cu), host side: the ladder's naive and
+FasterTransformer-style kernels, the library's paths (a lane group per row with the
+row in registers; a block or a thread-block cluster per row with the row in
+registers; a block per row with the row in shared memory; a block per row re-reading
+the row, optionally online), their launch rules, the dispatcher that picks among them
+as a library would, and the measurements of chapter 4.
 
 A softmax moves 2 * rows * cols * sizeof(T) bytes when it reads the row once
-(``bytes_moved``); the uncached path reads it three times, and is still charged
-only the bytes the operation must move.
+(``bytes_moved``); every variant is charged only those bytes, whatever it re-reads
+(``SoftmaxVariant.traffic`` says what it actually moves).
 """
 from __future__ import annotations
 
@@ -17,13 +19,18 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import C_TYPES, check_operands, check_pack_size, np_dtype, widest_pack
+from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check_operands, check_pack_size,
+                       np_dtype, torch_module, widest_pack)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
 SOURCES = ["kernels/softmax.cu", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
-PATHS = ("warp", "block_cached", "block_uncached")
-MAX_COLS_PER_THREAD = 32  # registers per lane for the row: beyond this the warp path spills
+# The ladder's first two steps, then the library's paths.
+PATHS = ("naive", "ft_style", "warp", "block_cached", "block_uncached", "cluster")
+MAX_COLS_PER_THREAD = 32  # warp path: floats per thread for the row; beyond this it spills
+ROW_BYTES_PER_THREAD = 128  # cluster path: bytes of the row per thread, in 32 registers
+CLUSTER_SIZES = (1, 2, 4, 8, 16)  # blocks per row on the cluster path (16: Hopper's non-portable maximum)
+NAIVE_BLOCK = 256
 
 
 def bytes_moved(rows: int, cols: int, dtype) -> int:
@@ -37,10 +44,14 @@ class SoftmaxVariant:
     dtype: str = "float32"
     pack_size: int = 4
     block_size: int = 128
-    cols_per_thread: int = 4  # warp path: row values each lane holds in registers
+    cols_per_thread: int = 4  # warp and cluster paths: row values each thread holds in registers
     group_width: int = 32  # warp path: lanes per row
     rows_per_group: int = 1  # warp path: rows each group handles at once
     pack_major_cache: bool = True  # block_cached: the bank-conflict-free [pack][num_packs] layout
+    cluster_size: int = 1  # cluster path: blocks per row (1: a block per row, the row in registers)
+    online: bool = False  # block_uncached: max and sum in one pass over the row (two reads, not three)
+    rows_per_block: int = 1  # ft_style: rows a block walks (FasterTransformer: 1, or a head's rows)
+    log: bool = False  # log-softmax instead of softmax
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -50,56 +61,118 @@ class SoftmaxVariant:
         check_pack_size(self.pack_size, self.dtype)
         if self.block_size % 32 or not 32 <= self.block_size <= 1024:
             raise LaunchConfigError(f"block_size must be a multiple of 32 from 32 to 1024, got {self.block_size}")
+        if self.path in ("warp", "cluster"):
+            most = self.most_cols_per_thread
+            if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= most:
+                raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
+                                 f"{most}, got {self.cols_per_thread}")
         if self.path == "warp":
             if self.group_width not in GROUP_WIDTHS:
                 raise InputError(f"group_width must be a power of two up to 32, got {self.group_width}")
-            if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= MAX_COLS_PER_THREAD:
-                raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
-                                 f"{MAX_COLS_PER_THREAD}, got {self.cols_per_thread}")
-            if self.rows_per_group not in (1, 2):
-                raise InputError(f"rows_per_group must be 1 or 2, got {self.rows_per_group}")
+            if self.rows_per_group not in (1, 2, 4):
+                raise InputError(f"rows_per_group must be 1, 2 or 4, got {self.rows_per_group}")
+        if self.path == "cluster" and self.cluster_size not in CLUSTER_SIZES:
+            raise InputError(f"cluster_size must be one of {CLUSTER_SIZES}, got {self.cluster_size}")
+        if self.path in ("naive", "ft_style") and self.pack_size != 1:
+            raise InputError(f"the {self.path} kernels load one element at a time: pack_size must be 1")
+        if self.path == "ft_style" and self.rows_per_block < 1:
+            raise InputError(f"rows_per_block must be at least 1, got {self.rows_per_block}")
+        if self.log and self.path in ("naive", "ft_style", "block_cached"):
+            raise InputError(f"log-softmax is on the warp, cluster and block_uncached paths, not {self.path}")
+
+    @property
+    def most_cols_per_thread(self) -> int:
+        """The warp path holds a row as floats: 32 values (32 registers). The cluster path holds
+        it in the storage type: 128 bytes, 32 floats or 64 halves, in the same 32 registers."""
+        if self.path == "cluster":
+            return ROW_BYTES_PER_THREAD // np_dtype(self.dtype).itemsize
+        return MAX_COLS_PER_THREAD
 
     @property
     def name(self) -> str:
-        return f"softmax_{self.path}"
+        return f"softmax_{self.path}" + ("_online" if self.online else "") + ("_log" if self.log else "")
 
     @property
     def c_type(self) -> str:
         return C_TYPES[self.dtype]
 
     @property
-    def name_expression(self) -> str:
-        t, p, b = self.c_type, self.pack_size, self.block_size
+    def name_expressions(self) -> list:
+        """Every kernel the variant launches (the naive one launches three)."""
+        t, p, b, log = self.c_type, self.pack_size, self.block_size, str(self.log).lower()
+        if self.path == "naive":
+            return [f"naive_row_max<{t}, {b}>", f"naive_row_sum_exp<{t}, {b}>", f"naive_normalize<{t}>"]
+        if self.path == "ft_style":
+            return [f"softmax_ft_style<{t}, {b}>"]
         if self.path == "warp":
-            return (f"softmax_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, "
-                    f"{self.rows_per_group}, {b}>")
+            return [f"softmax_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, "
+                    f"{self.rows_per_group}, {b}, {log}>"]
         if self.path == "block_cached":
-            return f"softmax_block_cached<{t}, {p}, {b}, {str(self.pack_major_cache).lower()}>"
-        return f"softmax_block_uncached<{t}, {p}, {b}>"
+            return [f"softmax_block_cached<{t}, {p}, {b}, {str(self.pack_major_cache).lower()}>"]
+        if self.path == "cluster":
+            return [f"softmax_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {log}>"]
+        return [f"softmax_block_uncached<{t}, {p}, {b}, {str(self.online).lower()}, {log}>"]
+
+    @property
+    def name_expression(self) -> str:
+        return self.name_expressions[-1]
 
     @property
     def config(self) -> dict:
         config = {"path": self.path, "pack_size": self.pack_size, "block_size": self.block_size}
+        if self.path in ("warp", "cluster"):
+            config["cols_per_thread"] = self.cols_per_thread
         if self.path == "warp":
-            config.update(cols_per_thread=self.cols_per_thread, group_width=self.group_width,
-                          rows_per_group=self.rows_per_group)
+            config.update(group_width=self.group_width, rows_per_group=self.rows_per_group)
+        if self.path == "cluster":
+            config["cluster_size"] = self.cluster_size
         if self.path == "block_cached":
             config["pack_major_cache"] = self.pack_major_cache
+        if self.path == "block_uncached":
+            config["online"] = self.online
+        if self.path == "ft_style":
+            config["rows_per_block"] = self.rows_per_block
+        if self.log:
+            config["log"] = True
         return config
 
     def compiled(self, arch: str = None):
-        return compile_kernels(SOURCE, [self.name_expression], arch=arch)
+        return compile_kernels(SOURCE, self.name_expressions, arch=arch)
 
     def max_cols(self) -> int | None:
         """The longest row this variant takes (None: any)."""
-        return self.cols_per_thread * self.group_width if self.path == "warp" else None
+        if self.path == "warp":
+            return self.cols_per_thread * self.group_width
+        if self.path == "cluster":
+            return self.cols_per_thread * self.block_size * self.cluster_size
+        if self.path == "ft_style":
+            return self.block_size
+        return None
 
     def shared_bytes(self, cols: int) -> int:
         return 4 * cols if self.path == "block_cached" else 0
 
+    def traffic(self, rows: int, cols: int) -> int:
+        """Bytes this variant moves through HBM when nothing is found in L2: the naive
+        kernels read the matrix three times, write it once and pass two vectors along;
+        the uncached block re-reads each row (once more online); the rest read once."""
+        n = int(rows) * int(cols) * np_dtype(self.dtype).itemsize
+        if self.path == "naive":
+            return 4 * n + 4 * 4 * int(rows)  # row_max and row_sum: written, then read
+        if self.path == "block_uncached":
+            return (3 if self.online else 4) * n
+        return 2 * n
+
     def grid(self, rows: int, cols: int, kernel) -> int:
         if self.path == "warp":
             return max(1, -(-rows // (self.block_size // self.group_width * self.rows_per_group)))
+        if self.path == "ft_style":
+            return max(1, -(-rows // self.rows_per_block))
+        if self.path == "cluster":
+            if self.cluster_size > 1 and kernel.max_active_clusters(self.block_size, self.cluster_size) == 0:
+                raise LaunchConfigError(f"{self.name_expression}: the GPU cannot place a cluster of "
+                                        f"{self.cluster_size} blocks of {self.block_size} threads")
+            return rows * self.cluster_size
         needed = self.shared_bytes(cols) + kernel.static_shared_bytes
         if needed > device.gpu().max_shared_per_block_optin:
             raise LaunchConfigError(f"{self.name_expression}: a row of {cols} values needs {needed} bytes of shared "
@@ -112,7 +185,7 @@ class SoftmaxVariant:
         return max(1, min(rows, device.gpu().sm_count * resident))
 
     def launch(self, x: DeviceArray, y: DeviceArray):
-        """y = softmax(x) over the last dimension of a (rows, cols) x."""
+        """y = softmax(x) (log-softmax if ``log``) over the last dimension of a (rows, cols) x."""
         if len(x.shape) != 2:
             raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
         check_operands(self.name, self.dtype, self.pack_size * np_dtype(self.dtype).itemsize, x=x, y=y)
@@ -121,61 +194,198 @@ class SoftmaxVariant:
             raise InputError(f"{self.name_expression}: cols ({cols}) must be a multiple of pack_size "
                              f"({self.pack_size}); softmax() picks a pack that divides it")
         if self.max_cols() is not None and cols > self.max_cols():
-            raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row in registers, "
-                             f"got {cols}: use more cols_per_thread, or a block path")
+            raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
+                             f"use more cols_per_thread, a larger block or cluster, or another path")
         if rows == 0 or cols == 0:
             return
+        if self.path == "naive":
+            self._launch_naive(x, y, rows, cols)
+            return
         kernel = loaded_kernel(SOURCE, self.name_expression)
-        kernel(self.grid(rows, cols, kernel), self.block_size, x, y, rows, cols,
-               shared_bytes=self.shared_bytes(cols))
+        extra = (self.rows_per_block,) if self.path == "ft_style" else ()
+        kernel(self.grid(rows, cols, kernel), self.block_size, x, y, rows, cols, *extra,
+               shared_bytes=self.shared_bytes(cols), cluster=self.cluster_size if self.path == "cluster" else 1)
+
+    def _launch_naive(self, x, y, rows, cols):
+        row_max, row_sum = _scratch(rows, "max"), _scratch(rows, "sum")
+        find_max, sum_exp, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
+        find_max(rows, self.block_size, x, row_max, rows, cols)
+        sum_exp(rows, self.block_size, x, row_max, row_sum, rows, cols)
+        normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_max, row_sum, y, rows, cols)
 
 
-def variant_for(rows: int, cols: int, dtype: str, pack: int) -> SoftmaxVariant:
+_scratches = {}
+
+
+def _scratch(rows: int, what: str) -> DeviceArray:
+    """The naive path's per-row intermediates, kept between calls."""
+    if _scratches.get(what) is None or _scratches[what].shape[0] < rows:
+        _scratches[what] = DeviceArray((rows,), "float32")
+    return _scratches[what].view(0, rows)
+
+
+def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None) -> SoftmaxVariant:
+    """FasterTransformer's launch rule: the block as wide as the row rounded up to a warp,
+    one block per row, or (per_head_rows given) one block per (batch, head) walking its rows."""
+    if cols > 1024:
+        raise InputError(f"the FasterTransformer-style kernel holds one element per thread: cols <= 1024, got {cols}")
+    return SoftmaxVariant("ft_style", dtype, 1, max(32, -(-cols // 32) * 32), rows_per_block=per_head_rows or 1)
+
+
+# The cluster path's shapes, shortest rows first: (block, values per thread, blocks per
+# row), per item size. Tuned on the H200 (2026-11-21; book/softmax.ipynb shows the
+# sweep): the row takes up to 128 bytes per thread (32 registers, any dtype), the block
+# grows before the cluster does (a cluster's barrier costs more than a block's), and
+# 16-bit rows past 65536 values do best in clusters of 256-thread blocks (4 per SM).
+# For each row length the first shape that holds it is used.
+CLUSTER_SHAPES = {
+    4: ((128, 16, 1), (128, 32, 1), (256, 32, 1), (512, 32, 1), (1024, 32, 1), (1024, 32, 2), (1024, 32, 4),
+        (1024, 32, 8), (1024, 32, 16)),
+    2: ((128, 16, 1), (128, 32, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 8),
+        (256, 64, 16), (1024, 64, 8), (1024, 64, 16)),
+}
+
+
+def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
-    registers, with just enough lanes that each holds at most 32 values, and two rows
-    per group when a row is at most one pack per lane (more loads in flight). Longer
-    rows: a block per row with the row in shared memory, the block size the driver's
-    occupancy calculator says keeps the most threads resident (the larger block on a
-    tie); if a row does not fit in shared memory, the uncached block."""
+    registers, each lane holding at least 8 values (and a whole pack), the group just
+    wide enough for the row. Longer rows, up to 2^19 values: the row in the registers of
+    a block, or of a cluster of blocks: the first of CLUSTER_SHAPES that holds it.
+    Longer still: the uncached block, online (two reads of the row)."""
     if cols <= 1024:
-        group = min(32, power_of_two_at_least(-(-cols // pack)))
-        per_thread = max(pack, power_of_two_at_least(-(-cols // group)))
-        two_rows = per_thread == pack and rows > 1
-        return SoftmaxVariant("warp", dtype, pack, 128, per_thread, group, 2 if two_rows else 1)
-    best, best_threads = None, 0
-    for block in (128, 256, 512, 1024):
-        variant = SoftmaxVariant("block_cached", dtype, pack, block)
-        kernel = loaded_kernel(SOURCE, variant.name_expression)
-        shared = variant.shared_bytes(cols)
-        if shared + kernel.static_shared_bytes > device.gpu().max_shared_per_block_optin:
-            break
-        threads = kernel.max_active_blocks_per_sm(block, shared) * block
-        if threads and threads >= best_threads:
-            best, best_threads = variant, threads
-    return best or SoftmaxVariant("block_uncached", dtype, pack, 1024)
+        per_thread = max(pack, 8, power_of_two_at_least(-(-cols // 32)))
+        group = min(32, power_of_two_at_least(-(-cols // per_thread)))
+        return SoftmaxVariant("warp", dtype, pack, 128, per_thread, group, 1, log=log)
+    for block, per_thread, cluster in CLUSTER_SHAPES[np_dtype(dtype).itemsize]:
+        if block * per_thread * cluster >= cols and per_thread >= pack:
+            return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster, log=log)
+    return SoftmaxVariant("block_uncached", dtype, pack, 1024, online=True, log=log)
 
 
-def softmax(x: DeviceArray, y: DeviceArray) -> SoftmaxVariant:
-    """y = softmax(x) over the last dimension, any shape and alignment; returns the variant."""
+def softmax(x: DeviceArray, y: DeviceArray, *, log: bool = False) -> SoftmaxVariant:
+    """y = softmax(x) (or log-softmax) over the last dimension, any shape and alignment;
+    returns the variant the dispatcher chose."""
     if len(x.shape) != 2:
         raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
     rows, cols = x.shape
-    variant = variant_for(rows, cols, str(x.dtype), widest_pack(x, y, divides=cols))
+    variant = variant_for(rows, cols, str(x.dtype), widest_pack(x, y, divides=cols), log=log)
     variant.launch(x, y)
     return variant
 
 
-def reference(x: np.ndarray) -> np.ndarray:
-    """Softmax in float64 (a fully -inf row gives NaN, like the kernels)."""
+def reference(x: np.ndarray, log: bool = False) -> np.ndarray:
+    """Softmax (or log-softmax) in float64; a fully -inf row gives NaN, like the kernels."""
     wide = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        shifted = np.exp(wide - wide.max(axis=-1, keepdims=True))
-        return shifted / shifted.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = wide - wide.max(axis=-1, keepdims=True)
+        total = np.exp(shifted).sum(axis=-1, keepdims=True)
+        return shifted - np.log(total) if log else np.exp(shifted) / total
 
 
 # max |y - reference| per dtype: the output's rounding (half an ulp of values <= 1:
-# 2^-24, 2^-11, 2^-8) plus __expf's and the sum's errors, a few times over.
+# 2^-24, 2^-11, 2^-8) plus __expf's and the sum's errors, a few times over. For
+# log-softmax the bound is relative to max(1, |reference|) (its values reach -20 and below).
 TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+def max_error(out: np.ndarray, ref: np.ndarray, log: bool = False) -> float:
+    """The error the tolerance bounds: absolute for softmax, relative to max(1, |ref|) for log."""
+    out = out.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # -inf == -inf (log-softmax of a masked entry) is no error
+        diff = np.where(out == ref, 0.0, np.abs(out - ref))
+    return float((diff / np.maximum(1.0, np.abs(ref)) if log else diff).max(initial=0.0))
+
+
+# ---------------------------------------------------------------- measuring (chapter 4)
+
+inputs = InputPool()
+_references = HostReferences(keep=16)  # a panel sweep revisits each input once per setting
+
+
+def _matrix(rows: int, cols: int, dtype: str):
+    host, x, y = inputs.get(rows * cols, dtype)
+    return host.reshape(rows, cols), x.reshape(rows, cols), y.reshape(rows, cols)
+
+
+def _check_output(what: str, run, y: DeviceArray, host: np.ndarray, dtype: str, log: bool) -> float:
+    """Poison y, run once, compare with float64; returns the largest error."""
+    y.poison()
+    run()
+    device.synchronize()
+    ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: reference(h, log))
+    error = max_error(y.to_numpy(), ref, log)
+    if not error <= TOLERANCE[dtype]:  # also catches NaN
+        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {TOLERANCE[dtype]:.3g}")
+    return error
+
+
+def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None):
+    """Check one variant against float64 on fresh normal inputs, then time it. GB/s
+    counts the bytes a softmax must move (bytes_moved), whatever the path re-reads."""
+    def setup():
+        host, x, y = _matrix(rows, cols, variant.dtype)
+        return (lambda: variant.launch(x, y)), (
+            lambda: _check_output(variant.name_expression, lambda: variant.launch(x, y), y, host, variant.dtype,
+                                  variant.log))
+    return bench.measure(provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
+                         bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+
+
+def measure_dispatcher(bench, rows: int, cols: int, dtype: str, *, log: bool = False):
+    """softmax() as a user calls it: the dispatcher's choice, recorded in config."""
+    pack = min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, 1 << ((cols & -cols).bit_length() - 1))
+    return measure_softmax(bench, variant_for(rows, cols, dtype, pack, log=log), rows, cols,
+                           provider="softmax()" if not log else "log_softmax()")
+
+
+_compiled_torch = {}
+
+
+def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False, log: bool = False):
+    """torch.softmax (or log_softmax) over the last dimension, eager or torch.compile'd for
+    this one shape (dynamic=False: Inductor specializes to the shape, its best case), on
+    the very bytes our kernels read, into its own output."""
+    def setup():
+        torch = torch_module()
+        host, x, _ = _matrix(rows, cols, dtype)
+        t = torch.as_tensor(x, device="cuda")
+        fn = (lambda a: torch.log_softmax(a, -1)) if log else (lambda a: torch.softmax(a, -1))
+        if compiled:
+            key = (rows, cols, dtype, log)
+            if key not in _compiled_torch:
+                import torch._dynamo
+                for limit in ("cache_size_limit", "recompile_limit"):
+                    if hasattr(torch._dynamo.config, limit):
+                        setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
+                _compiled_torch[key] = torch.compile(fn, dynamic=False)
+            fn = _compiled_torch[key]
+
+        def check():
+            out = fn(t)
+            torch.cuda.synchronize()
+            ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: reference(h, log))
+            error = max_error(out.float().cpu().numpy(), ref, log)
+            if not error <= 2 * TOLERANCE[dtype]:
+                raise AssertionError(f"torch {'log_' if log else ''}softmax on {(rows, cols)} {dtype}: error {error:.3g}")
+            return error
+        return (lambda: fn(t)), check
+    name = ("torch.compile" if compiled else "torch") + (" log_softmax" if log else "")
+    return bench.measure(name, dtype=dtype, shape=[rows, cols], config={"op": "log_softmax" if log else "softmax"},
+                         bytes=bytes_moved(rows, cols, dtype), setup=setup)
+
+
+def cache_layout_cycles(pack_size: int = 4, repeats: int = 256) -> dict:
+    """clock64 cycles for one warp to store and reload 8 packs per lane through each cache
+    layout of softmax_block_cached (kernel cache_layout_probe): pack-major, naive as
+    compiled (wide accesses), naive with one 4-byte access per value. Needs a GPU."""
+    cycles, sink = DeviceArray((1,), "int64"), DeviceArray((32,), "float32")
+    result = {}
+    for layout, label in enumerate(("pack-major", "naive (as compiled)", "naive (4-byte accesses)")):
+        kernel = loaded_kernel(SOURCE, f"cache_layout_probe<{pack_size}, {layout}>")
+        kernel(1, 32, np.int32(repeats), cycles, sink)
+        device.synchronize()
+        result[label] = float(cycles.to_numpy()[0]) / repeats
+    return result
 
 
 def sanitizer_cases():
@@ -197,5 +407,13 @@ def sanitizer_cases():
                       for b in (128, 1024) for m in (True, False)]
     block_variants += [SoftmaxVariant("block_uncached", d, 4, b) for d in ("float32", "bfloat16") for b in (128, 1024)]
     cases += [case(v, shape) for v in block_variants for shape in ((1, 4), (3, 1028), (2, 4100))]
-    cases += [dispatched(d, shape) for d in C_TYPES for shape in ((1, 1), (5, 7), (4097, 33), (3, 3000), (2, 12289))]
+    cluster_variants = [SoftmaxVariant("cluster", d, 4, 128, 8, cluster_size=c, log=log)
+                        for d in ("float32", "float16") for c in (1, 2, 16) for log in (False, True)]
+    cases += [case(v, shape) for v in cluster_variants for shape in ((1, 4), (3, v.max_cols() - 4), (2, v.max_cols()))]
+    online = [SoftmaxVariant("block_uncached", "float32", 4, 256, online=True, log=log) for log in (False, True)]
+    cases += [case(v, shape) for v in online for shape in ((1, 4), (3, 1028), (2, 4100))]
+    cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
+    cases += [case(ft_style_for(6, 77, d, per_head_rows=4), (6, 77)) for d in ("float32", "float16")]
+    cases += [dispatched(d, shape) for d in C_TYPES
+              for shape in ((1, 1), (5, 7), (4097, 33), (3, 3000), (2, 12289), (2, 100000), (1, 600000))]
     return cases

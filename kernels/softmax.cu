@@ -30,13 +30,76 @@ __device__ __forceinline__ float block_all_reduce(float v) {
     return v;
 }
 
+// The output rule of the paths that recompute exp at the end: softmax,
+// exp(x - max) * norm with norm = 1 / sum, or log-softmax, x - max - norm with
+// norm = log(sum) (from x, not the log of a rounded quotient, so tiny
+// probabilities keep their digits). norm is computed once per row.
+template <bool Log>
+__device__ __forceinline__ float row_norm(float row_sum) { return Log ? __logf(row_sum) : 1.0f / row_sum; }
+template <bool Log>
+__device__ __forceinline__ float finish(float x, float row_max, float norm) {
+    if constexpr (Log) return x - row_max - norm;
+    else return fast_exp(x - row_max) * norm;
+}
+
+// Online softmax's state: a running max and the sum of exp(x - max) so far.
+// Two states merge by rescaling each sum to the larger max, which is what lets a
+// row's max and sum come out of ONE pass (or one reduction) instead of two.
+// A state that has seen no finite value is (-inf, 0); its rescale factor would be
+// exp(-inf - -inf) = NaN, so a sum of 0 is never rescaled.
+struct MaxSum {
+    float max, sum;
+};
+__device__ __forceinline__ float rescaled(float sum, float from_max, float to_max) {
+    return sum > 0.0f ? sum * fast_exp(from_max - to_max) : sum;  // 0 stays 0, NaN stays NaN
+}
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+    const float m = fmaxf(a.max, b.max);
+    return {m, rescaled(a.sum, a.max, m) + rescaled(b.sum, b.max, m)};
+}
+template <int Width = 32>
+__device__ __forceinline__ MaxSum warp_merge(MaxSum s) {
+#pragma unroll
+    for (int lane_mask = Width / 2; lane_mask > 0; lane_mask /= 2)
+        s = merge(s, {__shfl_xor_sync(0xffffffffu, s.max, lane_mask), __shfl_xor_sync(0xffffffffu, s.sum, lane_mask)});
+    return s;
+}
+// Every thread of the block receives the block's state after ONE barrier: each
+// warp leaves its state in shared memory, then every warp merges all of them.
+template <int BlockSize>
+__device__ __forceinline__ MaxSum block_merge(MaxSum s) {
+    __shared__ MaxSum warp_states[BlockSize / 32];
+    s = warp_merge(s);
+    if (threadIdx.x % 32 == 0) warp_states[threadIdx.x / 32] = s;
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    s = lane < BlockSize / 32 ? warp_states[lane] : MaxSum{-__int_as_float(0x7f800000), 0.0f};
+    return warp_merge(s);  // callers that loop must add a barrier before the next call
+}
+
+// Hopper's thread-block clusters, in PTX (sm_90): the CTAs of a cluster run at
+// the same time on one GPC, may read each other's shared memory (distributed
+// shared memory) and may wait for each other at a cluster barrier.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The MaxSum at the same shared-memory address in the CTA of rank `rank`.
+__device__ __forceinline__ MaxSum load_from_cluster_rank(const MaxSum* local, unsigned rank) {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+    MaxSum s;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(s.max), "=f"(s.sum) : "r"(remote) : "memory");
+    return s;
+}
+
 // A group of GroupWidth lanes per row (a warp, or fewer for short rows), the row
 // held in registers: each lane keeps ColsPerThread values, loaded as packs of
 // PackSize, pack p of a lane at column (p * GroupWidth + lane) * PackSize so that
 // the group's loads are contiguous. Columns past the row's end are -inf (they add
 // 0 to the sum). RowsPerGroup rows per group: for short rows, more loads in flight
 // per lane. No shared memory, no block barrier: shuffles reduce within the group.
-template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int RowsPerGroup, int BlockSize>
+// Log: log-softmax (the row keeps x - max; exp feeds the sum only).
+template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int RowsPerGroup, int BlockSize, bool Log = false>
 __global__ void __launch_bounds__(BlockSize)
 softmax_warp_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
     static_assert(ColsPerThread % PackSize == 0 && BlockSize % GroupWidth == 0, "whole packs, whole groups");
@@ -74,22 +137,26 @@ softmax_warp_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows,
         row_sum[r] = 0.0f;
 #pragma unroll
         for (int i = 0; i < ColsPerThread; ++i) {
-            v[r][i] = fast_exp(v[r][i] - row_max[r]);
-            row_sum[r] += v[r][i];
+            const float e = fast_exp(v[r][i] - row_max[r]);
+            if constexpr (!Log) v[r][i] = e;
+            row_sum[r] += e;
         }
         row_sum[r] = warp_reduce<Sum, GroupWidth>(row_sum[r]);
     }
 #pragma unroll
     for (int r = 0; r < RowsPerGroup; ++r) {
         const long long row = first_row + r;
-        const float scale = 1.0f / row_sum[r];
+        const float scale = 1.0f / row_sum[r], log_sum = __logf(row_sum[r]);
 #pragma unroll
         for (int p = 0; p < kPacks; ++p) {
             const long long col = (static_cast<long long>(p) * GroupWidth + lane) * PackSize;
             if (row < rows && col < cols) {
                 P pack;
 #pragma unroll
-                for (int k = 0; k < PackSize; ++k) pack.values[k] = narrow<T>(v[r][p * PackSize + k] * scale);
+                for (int k = 0; k < PackSize; ++k) {
+                    const float value = v[r][p * PackSize + k];
+                    pack.values[k] = narrow<T>(Log ? value - row_max[r] - log_sum : value * scale);
+                }
                 *reinterpret_cast<P*>(y + row * cols + col) = pack;
             }
         }
@@ -145,35 +212,247 @@ softmax_block_cached(const T* __restrict__ x, T* __restrict__ y, long long rows,
 }
 
 // A block per row for any length, without a cache: the row is read three times
-// (max, sum, output). When the row is small enough, the second and third reads
-// come from L2; otherwise this moves 4 * cols * sizeof(T) bytes per row instead of 2.
-template <typename T, int PackSize, int BlockSize>
+// (max, sum, output), or twice when Online merges max and sum in one pass (each
+// thread keeps a running MaxSum). When the rows in flight fit in L2, the re-reads
+// come from L2; otherwise this moves 4 (Online: 3) * cols * sizeof(T) bytes per
+// row instead of 2.
+template <typename T, int PackSize, int BlockSize, bool Online = false, bool Log = false>
 __global__ void __launch_bounds__(BlockSize)
 softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
     using P = Pack<T, PackSize>;
     const long long num_packs = cols / PackSize;
+    const float minus_inf = -__int_as_float(0x7f800000);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const P* in = reinterpret_cast<const P*>(x + row * cols);
-        float thread_max = -__int_as_float(0x7f800000);
-        for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
-            const P pack = in[p];
+        float row_max, row_sum;
+        if constexpr (Online) {
+            MaxSum state{minus_inf, 0.0f};
+            for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
+                const P pack = in[p];
+                float pack_max = state.max;
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(pack.values[k]));
-        }
-        const float row_max = block_all_reduce<Max, BlockSize>(thread_max);
-        float thread_sum = 0.0f;
-        for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
-            const P pack = in[p];
+                for (int k = 0; k < PackSize; ++k) pack_max = fmaxf(pack_max, widen(pack.values[k]));
+                const float shift = pack_max == minus_inf ? 0.0f : pack_max;  // -inf entries give exp(-inf) = 0
+                float sum = rescaled(state.sum, state.max, pack_max);
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(pack.values[k]) - row_max);
+                for (int k = 0; k < PackSize; ++k) sum += fast_exp(widen(pack.values[k]) - shift);
+                state = {pack_max, sum};
+            }
+            state = block_merge<BlockSize>(state);
+            row_max = state.max;
+            row_sum = state.sum;
+        } else {
+            float thread_max = minus_inf;
+            for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
+                const P pack = in[p];
+#pragma unroll
+                for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(pack.values[k]));
+            }
+            row_max = block_all_reduce<Max, BlockSize>(thread_max);
+            float thread_sum = 0.0f;
+            for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
+                const P pack = in[p];
+#pragma unroll
+                for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(pack.values[k]) - row_max);
+            }
+            row_sum = block_all_reduce<Sum, BlockSize>(thread_sum);
         }
-        const float scale = 1.0f / block_all_reduce<Sum, BlockSize>(thread_sum);
+        const float norm = row_norm<Log>(row_sum);
         P* out = reinterpret_cast<P*>(y + row * cols);
         for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
             P pack = in[p];
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) pack.values[k] = narrow<T>(fast_exp(widen(pack.values[k]) - row_max) * scale);
+            for (int k = 0; k < PackSize; ++k) pack.values[k] = narrow<T>(finish<Log>(widen(pack.values[k]), row_max, norm));
             out[p] = pack;
         }
+        if constexpr (Online) __syncthreads();  // block_merge's slots are rewritten for the next row
     }
+}
+
+// One store of a whole pack as a single access of its size. A plain `*dst = pack`
+// is what the other kernels use; in the cluster kernel NVVM splits that copy into
+// 4-byte stores (seen in its PTX: st.global.f32, four per pack, even through an
+// int4), so the 8- and 16-byte cases are written in PTX.
+template <typename P>
+__device__ __forceinline__ void store_pack(P* dst, const P& pack) {
+    if constexpr (sizeof(P) == 16) {
+        unsigned w[4];
+        memcpy(w, &pack, 16);
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+    } else if constexpr (sizeof(P) == 8) {
+        unsigned w[2];
+        memcpy(w, &pack, 8);
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(w[0]), "r"(w[1]) : "memory");
+    } else {
+        *dst = pack;  // 2 or 4 bytes: one access already
+    }
+}
+
+// A row split across a cluster of ClusterSize blocks, held in registers: block
+// `rank` of the cluster keeps columns [rank * slice, (rank + 1) * slice), slice =
+// BlockSize * ColsPerThread, each thread ColsPerThread of them as packs (pack p of
+// a thread at (p * BlockSize + thread) * PackSize, so a warp's loads are
+// contiguous). ClusterSize 1 is a block per row with the row in registers.
+// The packs stay in the storage type: an fp16 row takes half the registers of a
+// float one, so twice the bytes can be in flight per SM; the price is a second
+// exp per element at the end, which the special-function unit has time for.
+// Every load of a thread is issued before any is used (up to 128 bytes in flight
+// per thread), the row crosses HBM once, and max and sum come from ONE reduction
+// of MaxSum states: warp shuffles, one block barrier, then, for a cluster, one
+// exchange through distributed shared memory between two cluster barriers.
+// Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x
+// (consecutive blocks form a cluster).
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false>
+__global__ void __launch_bounds__(BlockSize)
+softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
+    static_assert(ColsPerThread % PackSize == 0, "whole packs");
+    static_assert(ClusterSize >= 1 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "1 to 16 blocks");
+    constexpr int kPacks = ColsPerThread / PackSize;
+    constexpr long long kSlice = static_cast<long long>(BlockSize) * ColsPerThread;
+    using P = Pack<T, PackSize>;
+    const float minus_inf = -__int_as_float(0x7f800000);
+    const long long row = blockIdx.x / ClusterSize;
+    const long long first_col = (blockIdx.x % ClusterSize) * kSlice;
+    const long long slice_cols = min(kSlice, cols - first_col);  // <= 0: a block past the row's end
+    const T* in = x + row * cols + first_col;
+    P packs[kPacks];
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {  // every load first
+        const int col = (p * BlockSize + threadIdx.x) * PackSize;
+        if (col < slice_cols) packs[p] = *reinterpret_cast<const P*>(in + col);
+    }
+    float thread_max = minus_inf;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if ((p * BlockSize + threadIdx.x) * PackSize < slice_cols) {
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(packs[p].values[k]));
+        }
+    }
+    const float shift = thread_max == minus_inf ? 0.0f : thread_max;  // -inf entries give exp(-inf) = 0
+    float thread_sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if ((p * BlockSize + threadIdx.x) * PackSize < slice_cols) {
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(packs[p].values[k]) - shift);
+        }
+    }
+    MaxSum row_state = block_merge<BlockSize>({thread_max, thread_sum});
+    if constexpr (ClusterSize > 1) {
+        __shared__ MaxSum block_state;  // this block's share of the row, read by the whole cluster
+        if (threadIdx.x == 0) block_state = row_state;
+        cluster_arrive();  // release: block_state is visible to the cluster...
+        cluster_wait();    // ...once every block has arrived (acquire)
+        const int lane = threadIdx.x % 32;
+        row_state = warp_merge(lane < ClusterSize ? load_from_cluster_rank(&block_state, lane)
+                                                  : MaxSum{minus_inf, 0.0f});
+        cluster_arrive();  // done reading the others' shared memory (waited for before exit)
+    }
+    // A fully masked row (max -inf) gives exp(-inf - -inf) = NaN, as in PyTorch.
+    const float norm = row_norm<Log>(row_state.sum);
+    T* out = y + row * cols + first_col;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const int col = (p * BlockSize + threadIdx.x) * PackSize;
+        if (col < slice_cols) {
+            P pack;
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k)
+                pack.values[k] = narrow<T>(finish<Log>(widen(packs[p].values[k]), row_state.max, norm));
+            store_pack(reinterpret_cast<P*>(out + col), pack);
+        }
+    }
+    if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
+}
+
+// Step 1 of the ladder, naive: three kernels and two intermediate vectors. The
+// matrix is read three times and written once (4 * rows * cols * sizeof(T) bytes)
+// plus 2 * rows floats written and read back; three launches.
+template <typename T, int BlockSize>
+__global__ void __launch_bounds__(BlockSize)
+naive_row_max(const T* __restrict__ x, float* __restrict__ row_max, long long rows, long long cols) {
+    float m = -__int_as_float(0x7f800000);
+    for (long long c = threadIdx.x; c < cols; c += BlockSize) m = fmaxf(m, widen(x[blockIdx.x * cols + c]));
+    m = block_reduce<Max, BlockSize>(m);
+    if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+template <typename T, int BlockSize>
+__global__ void __launch_bounds__(BlockSize)
+naive_row_sum_exp(const T* __restrict__ x, const float* __restrict__ row_max, float* __restrict__ row_sum,
+                  long long rows, long long cols) {
+    const float m = row_max[blockIdx.x];
+    float s = 0.0f;
+    for (long long c = threadIdx.x; c < cols; c += BlockSize) s += fast_exp(widen(x[blockIdx.x * cols + c]) - m);
+    s = block_reduce<Sum, BlockSize>(s);
+    if (threadIdx.x == 0) row_sum[blockIdx.x] = s;
+}
+template <typename T>
+__global__ void naive_normalize(const T* __restrict__ x, const float* __restrict__ row_max,
+                                const float* __restrict__ row_sum, T* __restrict__ y, long long rows, long long cols) {
+    const long long n = rows * cols;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const long long row = i / cols;
+        y[i] = narrow<T>(fast_exp(widen(x[i]) - row_max[row]) / row_sum[row]);
+    }
+}
+
+// Step 2, FasterTransformer-style (its attention softmax): one element per thread,
+// the block as wide as the row rounded up to a warp (at most 1024 columns), two
+// block reductions through shared memory. RowsPerBlock rows, one after another:
+// FasterTransformer launches a block per row, or, for short rows, a block per
+// (batch, head) that walks that head's rows.
+template <typename T, int BlockSize>
+__global__ void __launch_bounds__(BlockSize)
+softmax_ft_style(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols, long long rows_per_block) {
+    const long long first = blockIdx.x * rows_per_block;
+    for (long long row = first; row < min(rows, first + rows_per_block); ++row) {
+        const bool in_row = threadIdx.x < cols;
+        const float v = in_row ? widen(x[row * cols + threadIdx.x]) : -__int_as_float(0x7f800000);
+        const float row_max = block_all_reduce<Max, BlockSize>(v);
+        const float e = in_row ? fast_exp(v - row_max) : 0.0f;
+        const float row_sum = block_all_reduce<Sum, BlockSize>(e);
+        if (in_row) y[row * cols + threadIdx.x] = narrow<T>(e / row_sum);
+    }
+}
+
+// Measures the bank conflicts of the two cache layouts of softmax_block_cached:
+// one warp stores 8 packs per lane of PackSize floats into shared memory through
+// the layout and reads them back, `repeats` times, timed with clock64.
+// Layout 0: pack-major [PackSize][packs] (32 lanes on 32 consecutive words);
+// 1: naive [packs][PackSize], as the compiler emits it (one wide STS/LDS per pack);
+// 2: naive forced to one 4-byte access per value (volatile): lanes PackSize words
+// apart, the PackSize-way conflict of the textbook.
+template <int PackSize, int Layout>
+__global__ void cache_layout_probe(int repeats, long long* __restrict__ cycles, float* __restrict__ sink) {
+    constexpr int kPacks = 32 * 8;
+    __shared__ __align__(16) float cache[kPacks * PackSize];
+    auto slot = [](int p, int k) { return Layout == 0 ? k * kPacks + p : p * PackSize + k; };
+    float* plain = cache;
+    volatile float* scalar = cache;
+    const int lane = threadIdx.x;
+    float acc = 0.0f;
+    const long long start = clock64();
+    for (int r = 0; r < repeats; ++r) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k) {
+                const float value = static_cast<float>(lane + k + r);
+                if (Layout == 2) scalar[slot(i * 32 + lane, k)] = value;
+                else plain[slot(i * 32 + lane, k)] = value;
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k) acc += Layout == 2 ? scalar[slot(i * 32 + lane, k)] : plain[slot(i * 32 + lane, k)];
+        }
+        __syncwarp();
+    }
+    const long long end = clock64();
+    if (lane == 0) *cycles = end - start;
+    sink[lane] = acc;
 }

@@ -6,7 +6,8 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.operands import np_dtype
-from helpers.softmax_kernels import C_TYPES, TOLERANCE, SoftmaxVariant, reference, softmax, variant_for
+from helpers.softmax_kernels import (C_TYPES, TOLERANCE, SoftmaxVariant, cache_layout_cycles, ft_style_for,
+                                     max_error, measure_dispatcher, reference, softmax, variant_for)
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
@@ -95,6 +96,84 @@ def test_shift_invariance_masks_and_fp16_limits(gpu):
     assert np.abs(y.to_numpy().astype(np.float64) - reference(big)).max() <= TOLERANCE["float16"]
 
 
-def test_the_dispatcher_prefers_registers_for_short_rows_and_shared_memory_for_long():
+def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block():
     assert variant_for(4096, 128, "float32", 4).path == "warp"
-    assert variant_for(4096, 32, "float32", 4).rows_per_group == 2
+    assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 8, 4, 1)
+    for cols in (1025, 4096, 16384, 65536, 262144, 524288):
+        v = variant_for(64, cols, "float32", 4)
+        assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
+    assert variant_for(64, 1048577, "float16", 8) == SoftmaxVariant("block_uncached", "float16", 8, 1024, online=True)
+    assert variant_for(64, 524289, "float32", 4).path == "block_uncached"
+    assert variant_for(64, 3000, "float16", 8, log=True).log
+
+
+def test_the_register_paths_keep_their_rows_out_of_local_memory_and_store_whole_packs():
+    for v in [SoftmaxVariant("cluster", "float32", 4, 1024, 32, cluster_size=8),
+              SoftmaxVariant("cluster", "float16", 8, 512, 32, cluster_size=16, log=True),
+              SoftmaxVariant("cluster", "bfloat16", 8, 256, 16)]:
+        compiled = v.compiled(arch="sm_90")
+        ops = helpers.opcodes(compiled.sass(v.name_expression))
+        assert ops["LDG.E.128.CONSTANT"] == ops["STG.E.128"] == v.cols_per_thread // v.pack_size, (v, ops)
+        assert not compiled.resources(v.name_expression).uses_local_memory, v
+        if v.cluster_size > 1:  # the exchange through distributed shared memory, between cluster barriers
+            assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2
+
+
+def test_the_ladder_kernels_compile_as_described():
+    naive = SoftmaxVariant("naive", "float32", 1, 256)
+    assert len(naive.name_expressions) == 3 and naive.traffic(10, 100) == 4 * 4000 + 160
+    ft = ft_style_for(2048 * 16, 16, "float32", per_head_rows=16)
+    assert ft.block_size == 32 and ft.rows_per_block == 16
+    with pytest.raises(helpers.BookError, match="cols <= 1024"):
+        ft_style_for(1, 1025, "float32")
+    with pytest.raises(helpers.BookError, match="log-softmax"):
+        SoftmaxVariant("block_cached", log=True)
+    probe = [helpers.opcodes(helpers.compile_kernels("softmax.cu", [f"cache_layout_probe<4, {layout}>"], arch="sm_90")
+                             .sass(f"cache_layout_probe<4, {layout}>")) for layout in (0, 1, 2)]
+    assert probe[0]["STS"] == 32 and probe[1]["STS.128"] == 8 and probe[2]["STS"] == 32  # as the chapter says
+
+
+LONG_VARIANTS = [SoftmaxVariant("cluster", "float32", 4, 128, 8, cluster_size=c, log=log)
+                 for c in (1, 2, 4, 8, 16) for log in (False, True)]
+LONG_VARIANTS += [SoftmaxVariant("block_uncached", d, 2, 256, online=o, log=log)
+                  for d in ("float32", "bfloat16") for o in (False, True) for log in (False, True)]
+LONG_VARIANTS += [SoftmaxVariant("naive", "float16", 1, 256), SoftmaxVariant("ft_style", "float32", 1, 1024, rows_per_block=3)]
+
+
+@pytest.mark.parametrize("variant", LONG_VARIANTS, ids=lambda v: v.name_expression)
+def test_every_path_and_its_log_against_float64(gpu, variant):
+    rng = np.random.default_rng()
+    cap = variant.max_cols() or 5000
+    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size), (3, cap)):
+        host = (rng.standard_normal((rows, cols)) * 4).astype(np_dtype(variant.dtype))
+        masked = host.copy()
+        masked[:, 1::5] = -np.inf
+        for data in (host, masked):
+            x, y = DeviceArray.from_numpy(data), DeviceArray((rows, cols), variant.dtype)
+            y.poison()
+            variant.launch(x, y)
+            out, ref = y.to_numpy(), reference(data, variant.log)
+            assert max_error(out, ref, variant.log) <= TOLERANCE[variant.dtype], (rows, cols)
+
+
+def test_a_fully_masked_row_is_nan_on_every_path(gpu):
+    for v in [SoftmaxVariant("cluster", "float32", 4, 128, 8, cluster_size=4),
+              SoftmaxVariant("block_uncached", "float32", 4, 128, online=True), SoftmaxVariant("warp", "float32", 4)]:
+        host = np.random.default_rng().standard_normal((3, 16)).astype(np.float32)
+        host[1] = -np.inf
+        x, y = DeviceArray.from_numpy(host), DeviceArray((3, 16), "float32")
+        v.launch(x, y)
+        out = y.to_numpy()
+        assert np.isnan(out[1]).all() and not np.isnan(out[[0, 2]]).any(), v
+
+
+def test_the_layout_probe_measures_the_textbook_conflict(gpu):
+    cycles = cache_layout_cycles(4)
+    # 4-way conflicts on the accesses, which are not the whole loop: 1.75x on the H200
+    assert cycles["naive (4-byte accesses)"] > 1.4 * cycles["pack-major"], cycles
+
+
+def test_measurements_check_first_and_count_the_bytes_a_softmax_must_move(gpu):
+    bench = helpers.Bench("softmax-test", ["kernels/softmax.cu"])
+    row = measure_dispatcher(bench, 1000, 3000, "float16")
+    assert row.bytes == 2 * 1000 * 3000 * 2 and row.rel_err <= TOLERANCE["float16"] and row.config["path"] == "cluster"
