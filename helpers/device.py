@@ -331,6 +331,7 @@ class Kernel:
         self._dynamic_shared_limit = STATIC_SHARED_LIMIT
         self._occupancy = {}
         self._non_portable_clusters = False
+        self._cluster_configs = {}
 
     def validate(self, grid, block, shared_bytes: int = 0) -> tuple:
         """Raise LaunchConfigError, with what would work, for a launch the kernel cannot take."""
@@ -372,7 +373,10 @@ class Kernel:
             check(cu.cuLaunchKernel(self.function, *grid, *block, shared_bytes, stream, ctypes.addressof(pointers), 0),
                   f"launching {self.name} (grid {grid}, block {block})")
             return
-        config = self._cluster_config(grid, block, shared_bytes, cluster)
+        key = (grid, block, shared_bytes, cluster)
+        if key not in self._cluster_configs:  # built once per launch shape: a timing loop relaunches it
+            self._cluster_configs[key] = self._cluster_config(grid, block, shared_bytes, cluster)
+        config = self._cluster_configs[key]
         config.hStream = stream
         check(cu.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0),
               f"launching {self.name} (grid {grid}, block {block}, clusters of {cluster})")

@@ -198,5 +198,22 @@ def torch_module():
     return torch
 
 
+_compiled_torch = {}
+
+
+def torch_compiled_for_shape(key, fn):
+    """``torch.compile(fn, dynamic=False)``, compiled once per ``key`` (which names the
+    operation and the shape): Inductor specializes its kernel to the shape, its best case.
+    Dynamo's limits on recompilations are raised, since a sweep compiles one per shape."""
+    if key not in _compiled_torch:
+        import torch
+        import torch._dynamo
+        for limit in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, limit):
+                setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
+        _compiled_torch[key] = torch.compile(fn, dynamic=False)
+    return _compiled_torch[key]
+
+
 def torch_dtype(torch, dtype: str):
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

@@ -17,7 +17,7 @@ from .bench import Unavailable
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import HostReferences, InputPool, torch_module
+from .operands import HostReferences, InputPool, torch_compiled_for_shape, torch_module
 
 SOURCE = "reduce.cu"
 SOURCES = ["kernels/reduce.cu", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -404,28 +404,15 @@ def measure_rows(bench, variant: RowVariant, rows: int, cols: int):
 
 # ---------------------------------------------------------------- the peers, on the same bytes
 
-_compiled_torch = {}
-
-
 def _torch_view(x: DeviceArray):
     torch = torch_module()
     return torch, torch.as_tensor(x, device="cuda")
 
 
 def _torch_sum(torch, dims, compiled: bool, shape):
-    """torch.sum over ``dims``, eager or torch.compile'd for this one shape (dynamic=False:
-    Inductor specializes the kernel to the shape, its best case)."""
+    """torch.sum over ``dims``, eager or torch.compile'd for this one shape."""
     fn = (lambda t: t.sum()) if dims is None else (lambda t: t.sum(dims))
-    if not compiled:
-        return fn
-    key = (dims, tuple(shape))
-    if key not in _compiled_torch:
-        import torch._dynamo
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        if hasattr(torch._dynamo.config, "recompile_limit"):
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-        _compiled_torch[key] = torch.compile(fn, dynamic=False)
-    return _compiled_torch[key]
+    return torch_compiled_for_shape(("sum", dims, tuple(shape)), fn) if compiled else fn
 
 
 PEER_TOLERANCE = 1e-5  # |sum - exact| / sum |x| for the libraries we compare with: a sanity check

@@ -20,7 +20,7 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check_operands, check_pack_size,
-                       np_dtype, torch_module, widest_pack)
+                       np_dtype, torch_compiled_for_shape, torch_module, widest_pack)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
@@ -307,16 +307,21 @@ def _matrix(rows: int, cols: int, dtype: str):
     return host.reshape(rows, cols), x.reshape(rows, cols), y.reshape(rows, cols)
 
 
+def _compare(what: str, out: np.ndarray, host: np.ndarray, dtype: str, log: bool, tolerance: float) -> float:
+    """The largest error of ``out`` against float64 (max_error); raises beyond ``tolerance``."""
+    ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: reference(h, log))
+    error = max_error(out, ref, log)
+    if not error <= tolerance:  # also catches NaN
+        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
+    return error
+
+
 def _check_output(what: str, run, y: DeviceArray, host: np.ndarray, dtype: str, log: bool) -> float:
     """Poison y, run once, compare with float64; returns the largest error."""
     y.poison()
     run()
     device.synchronize()
-    ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: reference(h, log))
-    error = max_error(y.to_numpy(), ref, log)
-    if not error <= TOLERANCE[dtype]:  # also catches NaN
-        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {TOLERANCE[dtype]:.3g}")
-    return error
+    return _compare(what, y.to_numpy(), host, dtype, log, TOLERANCE[dtype])
 
 
 def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None):
@@ -338,36 +343,22 @@ def measure_dispatcher(bench, rows: int, cols: int, dtype: str, *, log: bool = F
                            provider="softmax()" if not log else "log_softmax()")
 
 
-_compiled_torch = {}
-
-
 def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False, log: bool = False):
     """torch.softmax (or log_softmax) over the last dimension, eager or torch.compile'd for
-    this one shape (dynamic=False: Inductor specializes to the shape, its best case), on
-    the very bytes our kernels read, into its own output."""
+    this one shape, on the very bytes our kernels read, into its own output."""
     def setup():
         torch = torch_module()
         host, x, _ = _matrix(rows, cols, dtype)
         t = torch.as_tensor(x, device="cuda")
         fn = (lambda a: torch.log_softmax(a, -1)) if log else (lambda a: torch.softmax(a, -1))
         if compiled:
-            key = (rows, cols, dtype, log)
-            if key not in _compiled_torch:
-                import torch._dynamo
-                for limit in ("cache_size_limit", "recompile_limit"):
-                    if hasattr(torch._dynamo.config, limit):
-                        setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
-                _compiled_torch[key] = torch.compile(fn, dynamic=False)
-            fn = _compiled_torch[key]
+            fn = torch_compiled_for_shape(("log_softmax" if log else "softmax", rows, cols, dtype), fn)
 
         def check():
             out = fn(t)
             torch.cuda.synchronize()
-            ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: reference(h, log))
-            error = max_error(out.float().cpu().numpy(), ref, log)
-            if not error <= 2 * TOLERANCE[dtype]:
-                raise AssertionError(f"torch {'log_' if log else ''}softmax on {(rows, cols)} {dtype}: error {error:.3g}")
-            return error
+            what = f"torch {'log_' if log else ''}softmax"
+            return _compare(what, out.float().cpu().numpy(), host, dtype, log, 2 * TOLERANCE[dtype])
         return (lambda: fn(t)), check
     name = ("torch.compile" if compiled else "torch") + (" log_softmax" if log else "")
     return bench.measure(name, dtype=dtype, shape=[rows, cols], config={"op": "log_softmax" if log else "softmax"},
