@@ -201,4 +201,6 @@ def _environment(gpu) -> dict:
             env[name] = __import__(name).__version__
         except ImportError:
             pass
+        except Exception as e:  # noqa: BLE001 - an optional peer that fails to import is noted, not fatal
+            env[name] = f"failed to import: {type(e).__name__}: {str(e).splitlines()[0][:80]}"
     return env

@@ -24,7 +24,7 @@ from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
-SOURCES = ["kernels/softmax.cu", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
+SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
 # The ladder's first two steps, then the library's paths.
 PATHS = ("naive", "ft_style", "warp", "block_cached", "block_uncached", "cluster")
 MAX_COLS_PER_THREAD = 32  # warp path: floats per thread for the row; beyond this it spills

@@ -10,6 +10,7 @@
 // a Pack; the host picks the widest pack that divides cols.
 #include "convert.cuh"
 #include "reduce.cuh"
+#include "rows.cuh"
 
 // exp on the special-function unit: ex2.approx of x * log2(e). Its relative error
 // (about 2^-21 for the arguments here, all <= 0) is below fp32's rounding of the
@@ -44,53 +45,21 @@ __device__ __forceinline__ float finish(float x, float row_max, float norm) {
 
 // Online softmax's state: a running max and the sum of exp(x - max) so far.
 // Two states merge by rescaling each sum to the larger max, which is what lets a
-// row's max and sum come out of ONE pass (or one reduction) instead of two.
+// row's max and sum come out of ONE pass (or one reduction) instead of two; the
+// warp, block and cluster merges of any such state are in rows.cuh.
 // A state that has seen no finite value is (-inf, 0); its rescale factor would be
 // exp(-inf - -inf) = NaN, so a sum of 0 is never rescaled.
-struct MaxSum {
-    float max, sum;
-};
 __device__ __forceinline__ float rescaled(float sum, float from_max, float to_max) {
     return sum > 0.0f ? sum * fast_exp(from_max - to_max) : sum;  // 0 stays 0, NaN stays NaN
 }
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-    const float m = fmaxf(a.max, b.max);
-    return {m, rescaled(a.sum, a.max, m) + rescaled(b.sum, b.max, m)};
-}
-template <int Width = 32>
-__device__ __forceinline__ MaxSum warp_merge(MaxSum s) {
-#pragma unroll
-    for (int lane_mask = Width / 2; lane_mask > 0; lane_mask /= 2)
-        s = merge(s, {__shfl_xor_sync(0xffffffffu, s.max, lane_mask), __shfl_xor_sync(0xffffffffu, s.sum, lane_mask)});
-    return s;
-}
-// Every thread of the block receives the block's state after ONE barrier: each
-// warp leaves its state in shared memory, then every warp merges all of them.
-template <int BlockSize>
-__device__ __forceinline__ MaxSum block_merge(MaxSum s) {
-    __shared__ MaxSum warp_states[BlockSize / 32];
-    s = warp_merge(s);
-    if (threadIdx.x % 32 == 0) warp_states[threadIdx.x / 32] = s;
-    __syncthreads();
-    const int lane = threadIdx.x % 32;
-    s = lane < BlockSize / 32 ? warp_states[lane] : MaxSum{-__int_as_float(0x7f800000), 0.0f};
-    return warp_merge(s);  // callers that loop must add a barrier before the next call
-}
-
-// Hopper's thread-block clusters, in PTX (sm_90): the CTAs of a cluster run at
-// the same time on one GPC, may read each other's shared memory (distributed
-// shared memory) and may wait for each other at a cluster barrier.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// The MaxSum at the same shared-memory address in the CTA of rank `rank`.
-__device__ __forceinline__ MaxSum load_from_cluster_rank(const MaxSum* local, unsigned rank) {
-    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-    MaxSum s;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(s.max), "=f"(s.sum) : "r"(remote) : "memory");
-    return s;
-}
+struct MaxSum {
+    float max, sum;
+    __device__ static MaxSum identity() { return {-__int_as_float(0x7f800000), 0.0f}; }
+    __device__ static MaxSum merge(MaxSum a, MaxSum b) {
+        const float m = fmaxf(a.max, b.max);
+        return {m, rescaled(a.sum, a.max, m) + rescaled(b.sum, b.max, m)};
+    }
+};
 
 // A group of GroupWidth lanes per row (a warp, or fewer for short rows), the row
 // held in registers: each lane keeps ColsPerThread values, loaded as packs of
@@ -238,7 +207,7 @@ softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long row
                 for (int k = 0; k < PackSize; ++k) sum += fast_exp(widen(pack.values[k]) - shift);
                 state = {pack_max, sum};
             }
-            state = block_merge<BlockSize>(state);
+            state = block_merge<MaxSum, BlockSize>(state);
             row_max = state.max;
             row_sum = state.sum;
         } else {
@@ -266,25 +235,6 @@ softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long row
             out[p] = pack;
         }
         if constexpr (Online) __syncthreads();  // block_merge's slots are rewritten for the next row
-    }
-}
-
-// One store of a whole pack as a single access of its size. A plain `*dst = pack`
-// is what the other kernels use; in the cluster kernel NVVM splits that copy into
-// 4-byte stores (seen in its PTX: st.global.f32, four per pack, even through an
-// int4), so the 8- and 16-byte cases are written in PTX.
-template <typename P>
-__device__ __forceinline__ void store_pack(P* dst, const P& pack) {
-    if constexpr (sizeof(P) == 16) {
-        unsigned w[4];
-        memcpy(w, &pack, 16);
-        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
-    } else if constexpr (sizeof(P) == 8) {
-        unsigned w[2];
-        memcpy(w, &pack, 8);
-        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(w[0]), "r"(w[1]) : "memory");
-    } else {
-        *dst = pack;  // 2 or 4 bytes: one access already
     }
 }
 
@@ -338,17 +288,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(packs[p].values[k]) - shift);
         }
     }
-    MaxSum row_state = block_merge<BlockSize>({thread_max, thread_sum});
-    if constexpr (ClusterSize > 1) {
-        __shared__ MaxSum block_state;  // this block's share of the row, read by the whole cluster
-        if (threadIdx.x == 0) block_state = row_state;
-        cluster_arrive();  // release: block_state is visible to the cluster...
-        cluster_wait();    // ...once every block has arrived (acquire)
-        const int lane = threadIdx.x % 32;
-        row_state = warp_merge(lane < ClusterSize ? load_from_cluster_rank(&block_state, lane)
-                                                  : MaxSum{minus_inf, 0.0f});
-        cluster_arrive();  // done reading the others' shared memory (waited for before exit)
-    }
+    MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
+    if constexpr (ClusterSize > 1) row_state = cluster_merge<MaxSum, ClusterSize>(row_state);
     // A fully masked row (max -inf) gives exp(-inf - -inf) = NaN, as in PyTorch.
     const float norm = row_norm<Log>(row_state.sum);
     T* out = y + row * cols + first_col;

@@ -92,7 +92,7 @@ def test_every_chapter_module_has_sanitizer_cases():
     from helpers import sanitize
     names = [name for name, _ in sanitize.all_cases()]
     modules = {m.__name__.split(".")[-1] for m in sanitize.chapter_modules()}
-    assert modules == {"copy_kernels", "gelu_kernels", "reduce_kernels", "softmax_kernels"}
+    assert modules == {"copy_kernels", "gelu_kernels", "reduce_kernels", "softmax_kernels", "layernorm_kernels"}
     assert all(any(n.startswith(m) for n in names) for m in modules)
     assert any("n=1 " in n or n.endswith("n=1") for n in names) and any("offset=1" in n for n in names)
 

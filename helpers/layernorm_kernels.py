@@ -1,0 +1,395 @@
+"""Chapter 5's LayerNorm kernels (kernels/layernorm.cu), host side: the unfused
+three kernels, the fused block per row (sum and sum of squares, or Welford/Chan
+states), the row in registers of a lane group (short rows) or of a block or
+thread-block cluster (long rows), the dispatcher, and the measurements of chapter 5.
+
+A LayerNorm moves (2 * rows + 2) * cols * sizeof(T) bytes: the matrix read once
+and written once, weight and bias read once (``bytes_moved``); every variant is
+charged only those, whatever it re-reads (``LayerNormVariant.traffic`` says what it
+moves), and PyTorch is charged the same.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import device
+from .compiler import compile_kernels, loaded_kernel
+from .device import DeviceArray
+from .errors import InputError, LaunchConfigError
+from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check_operands, check_pack_size,
+                       np_dtype, random_normal, torch_compiled_for_shape, torch_module, widest_pack)
+from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
+
+SOURCE = "layernorm.cu"
+SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
+PATHS = ("unfused", "block_fused", "warp", "cluster")
+STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
+ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
+CLUSTER_SIZES = (1, 2, 4, 8, 16)
+UNFUSED_BLOCK = 256
+EPS = 1e-5  # torch.nn.functional.layer_norm's default
+
+
+def bytes_moved(rows: int, cols: int, dtype, *, statistics: bool = False) -> int:
+    """The matrix read once and written once, weight and bias read once; with
+    ``statistics``, each row's mean and rstd written as float too."""
+    return (2 * int(rows) + 2) * int(cols) * np_dtype(dtype).itemsize + (8 * int(rows) if statistics else 0)
+
+
+@dataclass(frozen=True)
+class LayerNormVariant:
+    path: str = "warp"
+    dtype: str = "float32"
+    pack_size: int = 4
+    block_size: int = 128
+    cols_per_thread: int = 8  # register paths: row values each thread holds
+    group_width: int = 32  # warp path: lanes per row
+    cluster_size: int = 1  # cluster path: blocks per row (1: a block per row)
+    statistics: str = "welford"  # block_fused: "welford" (MeanM2) or "sum_squares" (E[x²] - E[x]²)
+    early_affine: bool = False  # register paths: weight and bias loaded with the row (True) or at the store
+
+    def __post_init__(self):
+        if self.path not in PATHS:
+            raise InputError(f"path must be one of {PATHS}, got {self.path!r}")
+        if self.dtype not in C_TYPES:
+            raise InputError(f"dtype must be one of {tuple(C_TYPES)}, got {self.dtype!r}")
+        check_pack_size(self.pack_size, self.dtype)
+        if self.block_size % 32 or not 32 <= self.block_size <= 1024:
+            raise LaunchConfigError(f"block_size must be a multiple of 32 from 32 to 1024, got {self.block_size}")
+        if self.path in ("warp", "cluster"):
+            most = ROW_BYTES_PER_THREAD // np_dtype(self.dtype).itemsize
+            if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= most:
+                raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
+                                 f"{most} ({ROW_BYTES_PER_THREAD} bytes), got {self.cols_per_thread}")
+        if self.path == "warp" and self.group_width not in GROUP_WIDTHS:
+            raise InputError(f"group_width must be a power of two up to 32, got {self.group_width}")
+        if self.path == "cluster" and self.cluster_size not in CLUSTER_SIZES:
+            raise InputError(f"cluster_size must be one of {CLUSTER_SIZES}, got {self.cluster_size}")
+        if self.statistics not in STATISTICS:
+            raise InputError(f"statistics must be one of {STATISTICS}, got {self.statistics!r}")
+        if self.early_affine and self.path not in ("warp", "cluster"):
+            raise InputError(f"early_affine is a choice of the register paths (warp, cluster), not {self.path}")
+        if self.path == "unfused" and self.pack_size != 1:
+            raise InputError("the unfused kernels load one element at a time: pack_size must be 1")
+
+    @property
+    def name(self) -> str:
+        return f"layernorm_{self.path}" + ("_sum_squares" if self.path == "block_fused" and
+                                           self.statistics == "sum_squares" else "")
+
+    @property
+    def name_expressions(self) -> list:
+        """Every kernel the variant launches (the unfused one launches three)."""
+        t, p, b = C_TYPES[self.dtype], self.pack_size, self.block_size
+        if self.path == "unfused":
+            return [f"unfused_row_mean<{t}, {b}>", f"unfused_row_rstd<{t}, {b}>", f"unfused_normalize<{t}>"]
+        if self.path == "block_fused":
+            state = "MeanM2" if self.statistics == "welford" else "SumSquares"
+            return [f"layernorm_block_fused<{t}, {p}, {b}, {state}>"]
+        early = str(self.early_affine).lower()
+        if self.path == "warp":
+            return [f"layernorm_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, {b}, {early}>"]
+        return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}>"]
+
+    @property
+    def name_expression(self) -> str:
+        return self.name_expressions[-1]
+
+    @property
+    def config(self) -> dict:
+        config = {"path": self.path, "pack_size": self.pack_size, "block_size": self.block_size}
+        if self.path in ("warp", "cluster"):
+            config["cols_per_thread"] = self.cols_per_thread
+            if self.early_affine:
+                config["early_affine"] = True
+        if self.path == "warp":
+            config["group_width"] = self.group_width
+        if self.path == "cluster":
+            config["cluster_size"] = self.cluster_size
+        if self.path == "block_fused":
+            config["statistics"] = self.statistics
+        return config
+
+    def compiled(self, arch: str = None):
+        return compile_kernels(SOURCE, self.name_expressions, arch=arch)
+
+    def max_cols(self) -> int | None:
+        """The longest row this variant takes (None: any)."""
+        if self.path == "warp":
+            return self.cols_per_thread * self.group_width
+        if self.path == "cluster":
+            return self.cols_per_thread * self.block_size * self.cluster_size
+        return None
+
+    def traffic(self, rows: int, cols: int) -> int:
+        """Bytes through HBM when nothing is found in L2 but weight and bias: the unfused
+        kernels read the matrix three times, write it once and pass two vectors along;
+        the fused block re-reads each row (from L1/L2 while the row is still there,
+        which is what this count assumes); the register paths read it once."""
+        moved = bytes_moved(rows, cols, self.dtype)
+        if self.path == "unfused":
+            return moved + 2 * int(rows) * int(cols) * np_dtype(self.dtype).itemsize + 4 * 4 * int(rows)
+        return moved
+
+    def grid(self, rows: int, kernel) -> int:
+        if self.path == "warp":
+            return max(1, -(-rows // (self.block_size // self.group_width)))
+        if self.path == "cluster":
+            if self.cluster_size > 1 and kernel.max_active_clusters(self.block_size, self.cluster_size) == 0:
+                raise LaunchConfigError(f"{self.name_expression}: the GPU cannot place a cluster of "
+                                        f"{self.cluster_size} blocks of {self.block_size} threads")
+            return rows * self.cluster_size
+        return rows  # block_fused: a block per row
+
+    def launch(self, x: DeviceArray, weight: DeviceArray, bias: DeviceArray, y: DeviceArray, *,
+               eps: float = EPS, mean: DeviceArray = None, rstd: DeviceArray = None):
+        """y = layer_norm(x) * weight + bias over the last dimension of a (rows, cols) x;
+        each row's mean and rstd into ``mean`` and ``rstd`` (float32, rows) if given."""
+        if len(x.shape) != 2:
+            raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
+        rows, cols = x.shape
+        alignment = self.pack_size * np_dtype(self.dtype).itemsize
+        check_operands(self.name, self.dtype, alignment, x=x, y=y)
+        check_operands(self.name, self.dtype, alignment, weight=weight, bias=bias)
+        if weight.size != cols:
+            raise InputError(f"{self.name}: weight and bias must have one value per column ({cols}), "
+                             f"got {weight.size}")
+        for what, stat in (("mean", mean), ("rstd", rstd)):
+            if stat is not None:
+                check_operands(self.name, "float32", 4, **{what: stat})
+                if stat.size != rows:
+                    raise InputError(f"{self.name}: {what} must have one float per row ({rows}), got {stat.size}")
+        if not eps > 0:
+            raise InputError(f"eps must be positive (it keeps a constant row finite), got {eps}")
+        if cols % self.pack_size:
+            raise InputError(f"{self.name_expression}: cols ({cols}) must be a multiple of pack_size "
+                             f"({self.pack_size}); layer_norm() picks a pack that divides it")
+        if self.max_cols() is not None and cols > self.max_cols():
+            raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
+                             f"use more cols_per_thread, a larger block or cluster, or another path")
+        if rows == 0 or cols == 0:
+            return
+        if self.path == "unfused":
+            self._launch_unfused(x, weight, bias, y, rows, cols, eps, mean, rstd)
+            return
+        kernel = loaded_kernel(SOURCE, self.name_expression)
+        kernel(self.grid(rows, kernel), self.block_size, x, weight, bias, y, _pointer(mean), _pointer(rstd),
+               rows, cols, np.float32(eps), cluster=self.cluster_size if self.path == "cluster" else 1)
+
+    def _launch_unfused(self, x, weight, bias, y, rows, cols, eps, mean, rstd):
+        row_mean = mean if mean is not None else _scratch(rows, "mean")  # the statistics are the intermediates
+        row_rstd = rstd if rstd is not None else _scratch(rows, "rstd")
+        find_mean, find_rstd, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
+        find_mean(rows, self.block_size, x, row_mean, rows, cols)
+        find_rstd(rows, self.block_size, x, row_mean, row_rstd, rows, cols, np.float32(eps))
+        normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_mean, row_rstd, weight,
+                  bias, y, rows, cols)
+
+
+def _pointer(array: DeviceArray | None):
+    """A DeviceArray, or a null pointer for an output that is not wanted."""
+    return array if array is not None else ctypes.c_void_p(0)
+
+
+_scratches = {}
+
+
+def _scratch(rows: int, what: str) -> DeviceArray:
+    """The unfused path's per-row intermediates, kept between calls."""
+    if _scratches.get(what) is None or _scratches[what].shape[0] < rows:
+        _scratches[what] = DeviceArray((rows,), "float32")
+    return _scratches[what].view(0, rows)
+
+
+# The cluster path's shapes, shortest rows first: (block, values per thread, blocks
+# per row), per item size. Tuned on the H200 (2026-11-21; the chapter shows the
+# sweep): fp32 rows do best with 64 bytes per thread up to 8192 values and 128
+# beyond, 16-bit rows with 128 bytes per thread throughout; the block is as small
+# as that allows (more, smaller blocks per SM keep more rows in flight), and the
+# longest rows go to clusters. For each row length the first shape that holds it.
+CLUSTER_SHAPES = {
+    4: ((128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8), (512, 32, 8),
+        (1024, 32, 8), (1024, 32, 16)),
+    2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 16),
+        (1024, 64, 8), (1024, 64, 16)),
+}
+WARP_BLOCK = 64  # the lane-group path's block: two warps (the sweep's best, 64 to 256 within 1%)
+
+
+def variant_for(cols: int, dtype: str, pack: int) -> LayerNormVariant:
+    """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
+    registers, each lane holding at least 64 bytes (and a whole pack), the group just
+    wide enough for the row; fp32 rows of 512 and more load weight and bias with the
+    row. Longer rows: the row in the registers of a block, or of a cluster of blocks:
+    the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values): the
+    fused block per row with Welford states, which re-reads the row."""
+    itemsize = np_dtype(dtype).itemsize
+    if cols <= 1024:
+        per_thread = max(pack, 64 // itemsize, power_of_two_at_least(-(-cols // 32)))
+        group = min(32, power_of_two_at_least(-(-cols // per_thread)))
+        return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
+                                early_affine=itemsize == 4 and cols >= 512)
+    for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
+        if block * per_thread * cluster >= cols and per_thread >= pack:
+            return LayerNormVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster)
+    return LayerNormVariant("block_fused", dtype, pack, 1024)
+
+
+def layer_norm(x: DeviceArray, weight: DeviceArray, bias: DeviceArray, y: DeviceArray, *, eps: float = EPS,
+               mean: DeviceArray = None, rstd: DeviceArray = None) -> LayerNormVariant:
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dimension, any shape
+    and alignment; returns the variant the dispatcher chose."""
+    if len(x.shape) != 2:
+        raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
+    rows, cols = x.shape
+    variant = variant_for(cols, str(x.dtype), widest_pack(x, y, weight, bias, divides=cols))
+    variant.launch(x, weight, bias, y, eps=eps, mean=mean, rstd=rstd)
+    return variant
+
+
+def reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = EPS):
+    """LayerNorm in float64: (y, mean, rstd), and the scale of each output's terms,
+    |x̂ · weight| + |bias| (at least 1), which the error is measured against."""
+    wide = x.astype(np.float64)
+    mean = wide.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((wide - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    scaled = (wide - mean) * rstd * weight.astype(np.float64)
+    b = bias.astype(np.float64)
+    return scaled + b, mean[..., 0], rstd[..., 0], np.maximum(1.0, np.abs(scaled) + np.abs(b))
+
+
+# The largest |y - reference| / max(1, |x̂·w| + |b|) allowed, per dtype: the output's
+# rounding (half an ulp: 2^-24, 2^-11, 2^-8 relative) plus the float statistics'
+# errors (the sums' rounding, rsqrtf's 2 ulp), a few times over. The scale is that of
+# the terms summed, so a cancellation x̂·w ≈ -b is not asked for more digits than it has.
+TOLERANCE = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def max_error(out: np.ndarray, ref) -> float:
+    """The error the tolerance bounds, for ``ref`` as returned by ``reference``."""
+    expected, _, _, scale = ref
+    return float((np.abs(out.astype(np.float64) - expected) / scale).max(initial=0.0))
+
+
+# ---------------------------------------------------------------- measuring (chapter 5)
+
+inputs = InputPool()
+_references = HostReferences(keep=16)  # a panel sweep revisits each input once per setting
+_affine = {}
+
+
+def affine(cols: int, dtype: str):
+    """Fresh random weight and bias for rows of ``cols`` (host and device), kept per
+    (cols, dtype) during a sweep: weight around 1 and bias around 0, as trained ones are."""
+    key = (cols, dtype)
+    if key not in _affine:
+        weight = (1.0 + 0.5 * random_normal(cols, "float32")).astype(np_dtype(dtype))
+        bias = (0.5 * random_normal(cols, "float32")).astype(np_dtype(dtype))
+        _affine[key] = (weight, bias, DeviceArray.from_numpy(weight), DeviceArray.from_numpy(bias))
+    return _affine[key]
+
+
+def _operands(rows: int, cols: int, dtype: str):
+    host, x, y = inputs.get(rows * cols, dtype)
+    weight, bias, w, b = affine(cols, dtype)
+    return host.reshape(rows, cols), weight, bias, x.reshape(rows, cols), w, b, y.reshape(rows, cols)
+
+
+def _compare(what: str, out: np.ndarray, host, weight, bias, dtype: str, tolerance: float) -> float:
+    ref = _references.get(host, ("layer_norm", weight.ctypes.data), lambda h: reference(h, weight, bias))
+    error = max_error(out, ref)
+    if not error <= tolerance:  # also catches NaN
+        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
+    return error
+
+
+def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None):
+    """Check one variant against float64 on fresh inputs (output poisoned), then time
+    it. GB/s counts the bytes a LayerNorm must move (bytes_moved)."""
+    def setup():
+        host, weight, bias, x, w, b, y = _operands(rows, cols, variant.dtype)
+        run = lambda: variant.launch(x, w, b, y)  # noqa: E731
+
+        def check():
+            y.poison()
+            run()
+            device.synchronize()
+            return _compare(variant.name_expression, y.to_numpy(), host, weight, bias, variant.dtype,
+                            TOLERANCE[variant.dtype])
+        return run, check
+    return bench.measure(provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
+                         bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+
+
+def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
+    """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
+    pack = min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, 1 << ((cols & -cols).bit_length() - 1))
+    return measure_layer_norm(bench, variant_for(cols, dtype, pack), rows, cols, provider="layer_norm()")
+
+
+def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False):
+    """torch.nn.functional.layer_norm with weight and bias, eager or torch.compile'd for
+    this one shape, on the very bytes our kernels read, into its own output."""
+    def setup():
+        torch = torch_module()
+        host, weight, bias, x, w, b, _ = _operands(rows, cols, dtype)
+        t, tw, tb = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
+
+        def fn(a, w, b):
+            return torch.nn.functional.layer_norm(a, (cols,), w, b, EPS)
+        if compiled:
+            fn = torch_compiled_for_shape(("layer_norm", rows, cols, dtype), fn)
+
+        def check():
+            out = fn(t, tw, tb)
+            torch.cuda.synchronize()
+            return _compare("torch layer_norm", out.float().cpu().numpy(), host, weight, bias, dtype,
+                            2 * TOLERANCE[dtype])
+        return (lambda: fn(t, tw, tb)), check
+    return bench.measure("torch.compile" if compiled else "torch", dtype=dtype, shape=[rows, cols],
+                         config={"op": "layer_norm"}, bytes=bytes_moved(rows, cols, dtype), setup=setup)
+
+
+def offset_error(variant: LayerNormVariant, offset: float = 1e4, rows: int = 256, cols: int = 4096) -> float:
+    """max_error of a float32 variant on inputs offset + N(0, 1): step 3's hazard. Needs a GPU."""
+    host = (offset + random_normal(rows * cols, "float32").astype(np.float64)).astype(np.float32).reshape(rows, cols)
+    weight, bias, w, b = affine(cols, "float32")
+    x, y = DeviceArray.from_numpy(host), DeviceArray((rows, cols), "float32")
+    y.poison()
+    variant.launch(x, w, b, y)
+    return max_error(y.to_numpy(), reference(host, weight, bias))
+
+
+def sanitizer_cases():
+    """Each path at awkward shapes: one row, one column, rows that fill no pack or group."""
+    def case(variant, shape, statistics=False):
+        def run():
+            rows, cols = shape
+            x = DeviceArray.from_numpy(random_normal(rows * cols, variant.dtype).reshape(shape))
+            w, b = (DeviceArray.from_numpy(random_normal(cols, variant.dtype)) for _ in range(2))
+            stats = dict(mean=DeviceArray((rows,), "float32"), rstd=DeviceArray((rows,), "float32")) if statistics else {}
+            variant.launch(x, w, b, DeviceArray(shape, variant.dtype), **stats)
+        return f"{variant.name_expression} shape={shape}" + (" +stats" if statistics else ""), run
+
+    def dispatched(dtype, shape):
+        def run():
+            rows, cols = shape
+            x = DeviceArray.from_numpy(random_normal(rows * cols, dtype).reshape(shape))
+            w, b = (DeviceArray.from_numpy(random_normal(cols, dtype)) for _ in range(2))
+            layer_norm(x, w, b, DeviceArray(shape, dtype))
+        return f"layer_norm() {dtype} shape={shape}", run
+    cases = [case(LayerNormVariant("warp", d, 4, 128, 8, g), (s, c), st) for d in ("float32", "bfloat16")
+             for g in (2, 32) for s, c in ((1, 4), (7, 12), (33, 8 * g)) for st in (False, True)]
+    cases += [case(LayerNormVariant("cluster", d, 4, 128, 8, cluster_size=k), shape, True)
+              for d in ("float32", "float16") for k in (1, 2, 16) for shape in ((1, 4), (3, 1024 * k - 4), (2, 1024 * k))]
+    cases += [case(LayerNormVariant("block_fused", d, 4, 256, statistics=s), shape, True)
+              for d in ("float32", "float16") for s in STATISTICS for shape in ((1, 4), (3, 1028), (2, 4100))]
+    cases += [case(LayerNormVariant("unfused", d, 1, 256), (5, 77), True) for d in ("float32", "bfloat16")]
+    cases += [case(LayerNormVariant(p, "float16", 8, 64, 32, 4, cluster_size=2, early_affine=True), shape, True)
+              for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]
+    cases += [dispatched(d, shape) for d in C_TYPES
+              for shape in ((1, 1), (5, 7), (4097, 33), (3, 768), (2, 4097), (2, 100000), (1, 600000))]
+    return cases

@@ -1,0 +1,308 @@
+// Chapter 5, "LayerNorm": y = (x - mean) * rstd * weight + bias over each row of a
+// (rows, cols) matrix, with rstd = 1 / sqrt(var + eps) and var the biased
+// (population) variance, as torch.nn.functional.layer_norm computes it. x,
+// weight, bias and y share one storage type (fp32, fp16 or bf16); the arithmetic
+// is float. Each row's mean and rstd can be written too, as float (what a
+// backward pass needs); a null pointer means "not wanted".
+//
+// The bytes a LayerNorm must move: the matrix read once and written once, weight
+// and bias read once: (2 * rows + 2) * cols * sizeof(T), declared in
+// helpers/layernorm_kernels.py.
+//
+// Requires (checked by the host): cols a multiple of PackSize, and every pointer
+// aligned to a Pack; the host picks the widest pack that divides cols.
+#include "convert.cuh"
+#include "reduce.cuh"
+#include "rows.cuh"
+
+// Step 2's statistics: the sum and the sum of squares, merged by adding both;
+// then var = E[x²] - E[x]². One pass, one reduction of two floats, and a
+// numerical trap: when |mean| is large against the spread, E[x²] and E[x]² are
+// two nearly equal large numbers and their difference is rounding noise (step 3).
+struct SumSquares {
+    float sum, squares;
+    __device__ static SumSquares identity() { return {0.0f, 0.0f}; }
+    __device__ static SumSquares merge(SumSquares a, SumSquares b) { return {a.sum + b.sum, a.squares + b.squares}; }
+    template <typename T, int N>
+    __device__ static SumSquares of(const Pack<T, N>& pack) {
+        SumSquares s = identity();
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const float v = widen(pack.values[k]);
+            s.sum += v;
+            s.squares += v * v;
+        }
+        return s;
+    }
+    __device__ float mean(float n) const { return sum / n; }
+    // Cancellation can leave it slightly negative; clamped, or rsqrt would give NaN.
+    __device__ float variance(float n) const { return fmaxf(squares / n - mean(n) * mean(n), 0.0f); }
+};
+
+// Welford's state: how many values, their mean, and M2 = sum of (x - mean)²,
+// which never subtracts two large numbers. Two states merge by Chan's rule:
+//   n = na + nb,  d = mean_b - mean_a,  mean = mean_a + d * nb / n,
+//   M2 = M2a + M2b + d² * na * nb / n.
+// A state of no values is (0, 0, 0) and merges as a no-op.
+struct MeanM2 {
+    float count, mean_, m2;
+    __device__ static MeanM2 identity() { return {0.0f, 0.0f, 0.0f}; }
+    __device__ static MeanM2 merge(MeanM2 a, MeanM2 b) {
+        const float count = a.count + b.count;
+        const float share = count > 0.0f ? b.count / count : 0.0f;
+        const float d = b.mean_ - a.mean_;
+        return {count, a.mean_ + d * share, a.m2 + b.m2 + d * d * a.count * share};
+    }
+    // A pack's own state, exactly: its mean first, then the squares about it.
+    template <typename T, int N>
+    __device__ static MeanM2 of(const Pack<T, N>& pack) {
+        float sum = 0.0f, m2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < N; ++k) sum += widen(pack.values[k]);
+        const float mean = sum * (1.0f / N);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const float d = widen(pack.values[k]) - mean;
+            m2 += d * d;
+        }
+        return {static_cast<float>(N), mean, m2};
+    }
+    __device__ float mean(float) const { return mean_; }
+    __device__ float variance(float n) const { return m2 / n; }
+};
+
+// The output of one pack: (x - mean) * rstd * weight + bias, rounded once.
+// (x - shift - mean) * rstd * weight + bias, with mean and rstd the statistics of
+// x - shift (shift 0: of x itself).
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> normalized(const Pack<T, N>& in, const Pack<T, N>& weight, const Pack<T, N>& bias,
+                                                 float mean, float rstd, float shift = 0.0f) {
+    Pack<T, N> out;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        out.values[k] =
+            narrow<T>((widen(in.values[k]) - shift - mean) * rstd * widen(weight.values[k]) + widen(bias.values[k]));
+    return out;
+}
+
+__device__ __forceinline__ void write_statistics(float* mean_out, float* rstd_out, long long row, float mean, float rstd) {
+    if (mean_out != nullptr) mean_out[row] = mean;
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+}
+
+// Steps 2 and 3: a block per row, fused. The first walk over the row folds each
+// pack into the State (SumSquares: step 2; MeanM2: step 3's fix), ONE block
+// reduction merges the states (warp results in shared memory, one barrier), and
+// every thread derives mean and rstd from the merged state. The second walk
+// re-reads the row (from L1 or L2 when the row is short enough to still be there)
+// and writes the output. One launch; the intermediates never leave the SM.
+template <typename T, int PackSize, int BlockSize, typename State>
+__global__ void __launch_bounds__(BlockSize)
+layernorm_block_fused(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                      T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                      long long rows, long long cols, float eps) {
+    using P = Pack<T, PackSize>;
+    const long long row = blockIdx.x, num_packs = cols / PackSize;
+    const P* in = reinterpret_cast<const P*>(x + row * cols);
+    State state = State::identity();
+    for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
+        const P pack = in[p];  // a copy: passed by reference, it was loaded value by value
+        state = State::merge(state, State::of(pack));
+    }
+    state = block_merge<State, BlockSize>(state);
+    const float n = static_cast<float>(cols), mean = state.mean(n), rstd = rsqrtf(state.variance(n) + eps);
+    if (threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, mean, rstd);
+    const P *w = reinterpret_cast<const P*>(weight), *b = reinterpret_cast<const P*>(bias);
+    P* out = reinterpret_cast<P*>(y + row * cols);
+    for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
+        const P pack = in[p], scale = w[p], shift = b[p];
+        out[p] = normalized(pack, scale, shift, mean, rstd);
+    }
+}
+
+// The row held in registers by the threads that share it (a lane group, a block
+// or a cluster of blocks): each thread keeps kPacks packs, pack p at column
+// (p * Stride + lane) * PackSize of its slice, so that the threads' loads are
+// contiguous; packs past the slice's end are not loaded. Every load is issued
+// before any value is used.
+template <int Stride, typename P, int kPacks>
+__device__ __forceinline__ void load_slice(P (&packs)[kPacks], const P* slice, int lane, long long slice_packs) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+        if (p * Stride + lane < slice_packs) packs[p] = slice[p * Stride + lane];
+}
+
+// The thread's own (count, mean, M2) of x - shift, exactly: its values are in
+// registers, so two passes over them cost no memory traffic: the mean, then the
+// squares about it.
+//
+// Why a shift: Welford's states fix the variance, but the mean is still a float,
+// rounded at every merge; on inputs like 1e4 + N(0, 1) that is a few ulps of 1e4
+// (~1e-3), and every output inherits it. Shifted by a value of the row (its first
+// one, which every thread can load), the statistics are of x - shift, which is
+// exact where it matters (Sterbenz: two floats within a factor of 2 of each
+// other, as on such inputs; always, for 16-bit inputs widened to float), and
+// their mean is small, so its rounding is too. The output is then
+// ((x - shift) - mean') * rstd, and the mean the caller gets is shift + mean'.
+template <int Stride, typename T, int kPack, int kPacks>
+__device__ __forceinline__ MeanM2 thread_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long slice_packs,
+                                                 float shift) {
+    float sum = 0.0f;
+    int count = 0;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if (p * Stride + lane < slice_packs) {
+            count += kPack;
+#pragma unroll
+            for (int k = 0; k < kPack; ++k) sum += widen(packs[p].values[k]) - shift;
+        }
+    }
+    const float mean = count > 0 ? sum / count : 0.0f;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if (p * Stride + lane < slice_packs) {
+#pragma unroll
+            for (int k = 0; k < kPack; ++k) {
+                const float d = widen(packs[p].values[k]) - shift - mean;
+                m2 += d * d;
+            }
+        }
+    }
+    return {static_cast<float>(count), mean, m2};
+}
+
+// Weight and bias: the same cols values for every row, so after the first rows
+// they come from L1 and L2. Late (the default): each pack is loaded where its
+// output is written, after the reduction. Early: all are loaded with the row,
+// so their latency overlaps the row's, at the price of three times the
+// registers for the row's data (on the H200, that pays for fp32 rows of 512 and
+// 1024 in a lane group, +1-3%, and costs everywhere else: fewer rows in flight).
+template <bool Early, int Stride, typename P, int kPacks>
+struct Affine {
+    P weight[Early ? kPacks : 1], bias[Early ? kPacks : 1];
+    const P *weight_at, *bias_at;
+    __device__ __forceinline__ Affine(const P* w, const P* b, int lane, long long slice_packs) : weight_at(w), bias_at(b) {
+        if constexpr (Early) {
+#pragma unroll
+            for (int p = 0; p < kPacks; ++p)
+                if (p * Stride + lane < slice_packs) weight[p] = w[p * Stride + lane], bias[p] = b[p * Stride + lane];
+        }
+    }
+};
+
+template <int Stride, bool Early, typename P, int kPacks>
+__device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, const Affine<Early, Stride, P, kPacks>& affine,
+                                            int lane, long long slice_packs, float mean, float rstd, float shift) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const long long at = p * Stride + lane;
+        if (at < slice_packs) {
+            if constexpr (Early) {
+                store_pack(out + at, normalized(packs[p], affine.weight[p], affine.bias[p], mean, rstd, shift));
+            } else {
+                // Copies: passed by reference, they were loaded value by value.
+                const P w = affine.weight_at[at], b = affine.bias_at[at];
+                store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
+            }
+        }
+    }
+}
+
+// Step 4, short rows: a group of GroupWidth lanes per row (a warp, or fewer),
+// the row in registers in its storage type, ColsPerThread values per lane.
+// Statistics: each lane's exact (count, mean, M2) of x - x[row][0], merged by
+// shuffles within the group: no shared memory, no barrier, no E[x²] - E[x]².
+template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int BlockSize, bool EarlyAffine>
+__global__ void __launch_bounds__(BlockSize)
+layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                       T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                       long long rows, long long cols, float eps) {
+    static_assert(ColsPerThread % PackSize == 0 && BlockSize % GroupWidth == 0, "whole packs, whole groups");
+    constexpr int kPacks = ColsPerThread / PackSize;
+    using P = Pack<T, PackSize>;
+    const int lane = threadIdx.x % GroupWidth;
+    const long long row = static_cast<long long>(blockIdx.x) * (BlockSize / GroupWidth) + threadIdx.x / GroupWidth;
+    const long long row_packs = row < rows ? cols / PackSize : 0;  // a group past the last row loads nothing...
+    P packs[kPacks];
+    load_slice<GroupWidth>(packs, reinterpret_cast<const P*>(x + row * cols), lane, row_packs);
+    const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight), reinterpret_cast<const P*>(bias),
+                                                           lane, row_packs);
+    const float shift = row < rows ? widen(x[row * cols]) : 0.0f;
+    const MeanM2 state = warp_merge<MeanM2, GroupWidth>(thread_mean_m2<GroupWidth>(packs, lane, row_packs, shift));
+    if (row >= rows) return;  // ...but shuffles with the others first
+    const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
+    if (lane == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
+    store_slice<GroupWidth>(packs, reinterpret_cast<P*>(y + row * cols), affine, lane, row_packs, state.mean_, rstd, shift);
+}
+
+// Step 4, long rows: the row in the registers of a block, or of a cluster of
+// ClusterSize blocks (block `rank` holds columns [rank * slice, (rank + 1) *
+// slice), slice = BlockSize * ColsPerThread), as in softmax's cluster kernel.
+// Each thread's exact (count, mean, M2) of x - x[row][0]; one block merge (one barrier); for a
+// cluster, one exchange through distributed shared memory. The row crosses HBM
+// once. Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x.
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine>
+__global__ void __launch_bounds__(BlockSize)
+layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                          long long rows, long long cols, float eps) {
+    static_assert(ColsPerThread % PackSize == 0, "whole packs");
+    constexpr int kPacks = ColsPerThread / PackSize;
+    constexpr long long kSlice = static_cast<long long>(BlockSize) * ColsPerThread;
+    using P = Pack<T, PackSize>;
+    const long long row = blockIdx.x / ClusterSize, rank = blockIdx.x % ClusterSize, first_col = rank * kSlice;
+    const long long slice_packs = max(0LL, min(kSlice, cols - first_col) / PackSize);  // 0: a block past the row's end
+    const long long offset = row * cols + first_col;
+    P packs[kPacks];
+    load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);
+    const Affine<EarlyAffine, BlockSize, P, kPacks> affine(reinterpret_cast<const P*>(weight + first_col),
+                                                          reinterpret_cast<const P*>(bias + first_col), threadIdx.x,
+                                                          slice_packs);
+    const float shift = widen(x[row * cols]);  // the same address for every thread: one load per warp
+    MeanM2 state = block_merge<MeanM2, BlockSize>(thread_mean_m2<BlockSize>(packs, threadIdx.x, slice_packs, shift));
+    if constexpr (ClusterSize > 1) state = cluster_merge<MeanM2, ClusterSize>(state);
+    const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
+    if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
+    store_slice<BlockSize>(packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd,
+                           shift);
+    if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
+}
+
+// Step 1, unfused: three kernels, as a framework without fusion would run them,
+// each reading the matrix: the row means, the row rstds (from the squares about
+// those means, so no cancellation), then the elementwise normalization. The
+// matrix is read three times and written once, the two per-row vectors written
+// and read back: three launches and about 4 * rows * cols * sizeof(T) bytes.
+template <typename T, int BlockSize>
+__global__ void __launch_bounds__(BlockSize)
+unfused_row_mean(const T* __restrict__ x, float* __restrict__ row_mean, long long rows, long long cols) {
+    float s = 0.0f;
+    for (long long c = threadIdx.x; c < cols; c += BlockSize) s += widen(x[blockIdx.x * cols + c]);
+    s = block_reduce<Sum, BlockSize>(s);
+    if (threadIdx.x == 0) row_mean[blockIdx.x] = s / static_cast<float>(cols);
+}
+template <typename T, int BlockSize>
+__global__ void __launch_bounds__(BlockSize)
+unfused_row_rstd(const T* __restrict__ x, const float* __restrict__ row_mean, float* __restrict__ row_rstd,
+                 long long rows, long long cols, float eps) {
+    const float mean = row_mean[blockIdx.x];
+    float s = 0.0f;
+    for (long long c = threadIdx.x; c < cols; c += BlockSize) {
+        const float d = widen(x[blockIdx.x * cols + c]) - mean;
+        s += d * d;
+    }
+    s = block_reduce<Sum, BlockSize>(s);
+    if (threadIdx.x == 0) row_rstd[blockIdx.x] = rsqrtf(s / static_cast<float>(cols) + eps);
+}
+template <typename T>
+__global__ void unfused_normalize(const T* __restrict__ x, const float* __restrict__ row_mean,
+                                  const float* __restrict__ row_rstd, const T* __restrict__ weight,
+                                  const T* __restrict__ bias, T* __restrict__ y, long long rows, long long cols) {
+    const long long n = rows * cols;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const long long row = i / cols, col = i - row * cols;
+        y[i] = narrow<T>((widen(x[i]) - row_mean[row]) * row_rstd[row] * widen(weight[col]) + widen(bias[col]));
+    }
+}

@@ -1,0 +1,194 @@
+"""LayerNorm (chapter 5): machine code without a GPU; every path against float64 on the
+GPU, with the large-offset hazard, constant rows and fp16 near its limits."""
+import numpy as np
+import pytest
+
+import helpers
+from helpers.device import DeviceArray
+from helpers.layernorm_kernels import (C_TYPES, TOLERANCE, LayerNormVariant, bytes_moved, layer_norm, max_error,
+                                       measure_dispatcher, offset_error, reference, variant_for)
+from helpers.operands import np_dtype
+
+
+def _opcodes(v):
+    return helpers.opcodes(v.compiled(arch="sm_90").sass(v.name_expression))
+
+
+def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
+    for v in [LayerNormVariant("warp", "float32", 4, 128, 32, 32), LayerNormVariant("warp", "float16", 8, 128, 16, 2),
+              LayerNormVariant("warp", "float32", 4, 64, 16, 32, early_affine=True),
+              LayerNormVariant("cluster", "float32", 4, 1024, 32, cluster_size=8),
+              LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=16)]:
+        ops, packs = _opcodes(v), v.cols_per_thread // v.pack_size
+        assert ops["LDG.E.128.CONSTANT"] == 3 * packs and ops["STG.E.128"] == packs, (v, ops)  # x, weight, bias; y
+        narrow = sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" not in op)
+        assert narrow == 1, (v, ops)  # the row's first value (the shift); nothing else value by value
+        assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
+        if v.path == "warp":  # registers and shuffles only
+            assert not any(op.startswith(("BAR", "STS", "LDS")) for op in ops), v
+        elif v.cluster_size > 1:  # the exchange through distributed shared memory, between cluster barriers
+            assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2 and ops["BAR.SYNC.DEFER_BLOCKING"] >= 1
+    fused = LayerNormVariant("block_fused", "float16", 8, 256)
+    ops = _opcodes(fused)
+    assert ops["LDG.E.128.CONSTANT"] >= 4 and ops["STG.E.128"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(path="tree"), "path must be one of"),
+                                              (dict(pack_size=8), "at most 16 bytes"),
+                                              (dict(cols_per_thread=6), "multiple of pack_size"),
+                                              (dict(cols_per_thread=64), "up to 32"),
+                                              (dict(group_width=3), "group_width"),
+                                              (dict(path="cluster", cluster_size=3), "cluster_size"),
+                                              (dict(statistics="kahan"), "statistics"),
+                                              (dict(path="unfused"), "pack_size must be 1"),
+                                              (dict(block_size=100), "multiple of 32")])
+def test_variants_refuse_what_they_cannot_take(kwargs, message):
+    with pytest.raises(helpers.BookError, match=message):
+        LayerNormVariant(**kwargs)
+
+
+def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
+    assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 32, 32, early_affine=True)
+    assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 8)
+    assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 64, 32, 1)
+    for cols in (1025, 4096, 16384, 65536, 262144, 524288):
+        v = variant_for(cols, "float32", 4)
+        assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
+    assert variant_for(524289, "float32", 4).path == "block_fused"
+    assert variant_for(1048577, "float16", 8) == LayerNormVariant("block_fused", "float16", 8, 1024)
+
+
+def test_the_bytes_and_the_unfused_traffic():
+    assert bytes_moved(10, 100, "float16") == (2 * 10 + 2) * 100 * 2
+    assert bytes_moved(10, 100, "float32", statistics=True) == 22 * 400 + 80
+    unfused = LayerNormVariant("unfused", "float32", 1, 256)
+    assert len(unfused.name_expressions) == 3 and unfused.traffic(10, 100) == 22 * 400 + 2 * 4000 + 160
+
+
+def _operands(rows, cols, dtype, rng, scale=3.0, offset=1.0):
+    host = (rng.standard_normal((rows, cols)) * scale + offset).astype(np_dtype(dtype))
+    weight = (1 + 0.5 * rng.standard_normal(cols)).astype(np_dtype(dtype))
+    bias = (0.5 * rng.standard_normal(cols)).astype(np_dtype(dtype))
+    return host, weight, bias
+
+
+def _run(fn, host, weight, bias, dtype, statistics=True):
+    """fn(x, w, b, y, mean=, rstd=) on poisoned outputs; returns (y, mean, rstd) on the host."""
+    rows, cols = host.shape
+    x, w, b = (DeviceArray.from_numpy(a) for a in (host, weight, bias))
+    y = DeviceArray((rows, cols), dtype)
+    mean, rstd = DeviceArray((rows,), "float32"), DeviceArray((rows,), "float32")
+    for a in (y, mean, rstd):
+        a.poison()
+    fn(x, w, b, y, **(dict(mean=mean, rstd=rstd) if statistics else {}))
+    return y.to_numpy(), mean.to_numpy(), rstd.to_numpy()
+
+
+def _check(host, weight, bias, dtype, y, mean=None, rstd=None):
+    ref = reference(host, weight, bias)
+    assert not np.isnan(y.astype(np.float64)).any()
+    error = max_error(y, ref)
+    assert error <= TOLERANCE[dtype], error
+    if mean is not None:
+        assert np.allclose(mean, ref[1], rtol=1e-5, atol=1e-5 * np.abs(host.astype(np.float64)).max())
+        assert np.allclose(rstd, ref[2], rtol=2e-5)
+    return error
+
+
+@pytest.mark.parametrize("dtype", list(C_TYPES))
+def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
+    rng = np.random.default_rng()
+    for rows, cols in [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + [(4097, c) for c in (1, 33, 1000, 1536)]:
+        host, weight, bias = _operands(rows, cols, dtype, rng)
+        y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
+        _check(host, weight, bias, dtype, y, mean, rstd)
+
+
+VARIANTS = [LayerNormVariant("warp", d, p, 128, c, g) for d, p in (("float32", 4), ("float16", 8), ("float32", 1))
+            for c, g in ((8, 1), (8, 4), (32, 32)) if c >= p]
+VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 8, cluster_size=k) for k in (1, 2, 4, 8, 16)]
+VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
+             LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
+             LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True)]
+VARIANTS += [LayerNormVariant("block_fused", d, 2, 256, statistics=s) for d in ("float32", "bfloat16")
+             for s in ("welford", "sum_squares")]
+VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("unfused", "float32", 1, 1024)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name_expression)
+def test_every_path_against_float64_with_its_statistics(gpu, variant):
+    rng = np.random.default_rng()
+    cap = variant.max_cols() or 5000
+    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size), (3, cap)):
+        if not 0 < cols <= cap:
+            continue
+        host, weight, bias = _operands(rows, cols, variant.dtype, rng)
+        y, mean, rstd = _run(variant.launch, host, weight, bias, variant.dtype)
+        _check(host, weight, bias, variant.dtype, y, mean, rstd)
+        y, _, _ = _run(variant.launch, host, weight, bias, variant.dtype, statistics=False)  # null statistics pointers
+        _check(host, weight, bias, variant.dtype, y)
+
+
+def test_constant_rows_give_the_bias_and_a_finite_rstd(gpu):
+    for v in [variant_for(768, "float32", 4), variant_for(4096, "float32", 4), variant_for(65536, "float32", 4),
+              LayerNormVariant("block_fused", "float32", 4, 256, statistics="sum_squares"),
+              LayerNormVariant("unfused", "float32", 1, 256)]:
+        cols = v.max_cols() or 4096
+        host = np.full((4, cols), 3.25, np.float32)
+        host[1] = -7.0
+        _, weight, bias = _operands(4, cols, "float32", np.random.default_rng())
+        y, mean, rstd = _run(v.launch, host, weight, bias, "float32")
+        assert np.isfinite(rstd).all() and np.allclose(rstd, 1 / np.sqrt(1e-5), rtol=1e-5), (v, rstd)
+        assert np.array_equal(y, np.broadcast_to(bias, y.shape)), v  # x - mean is exactly 0
+
+
+def test_the_large_offset_breaks_the_sum_of_squares_and_not_welford(gpu):
+    # Inputs 1e4 + N(0, 1) in float32 (their ulp is 2^-10): E[x²] - E[x]² subtracts two
+    # numbers near 1e8 whose ulp is 8, so the variance is noise. Welford's states fix the
+    # variance and keep the rounding of the float mean, a few ulps of 1e4; the register
+    # paths, shifted by the row's first value, lose neither.
+    naive = offset_error(LayerNormVariant("block_fused", "float32", 4, 256, statistics="sum_squares"))
+    welford = offset_error(LayerNormVariant("block_fused", "float32", 4, 256))
+    assert naive > 1.0 and welford < 1e-2 and welford < naive / 1000, (naive, welford)
+    for v in [variant_for(1024, "float32", 4), variant_for(4096, "float32", 4),
+              LayerNormVariant("cluster", "float32", 4, 1024, 32, cluster_size=2)]:
+        error = offset_error(v, cols=min(4096, v.max_cols()))
+        assert error < 10 * TOLERANCE["float32"], (v, error)
+
+
+def test_fp16_near_its_limits_and_tiny_spreads(gpu):
+    rng = np.random.default_rng()
+    big = (np.float16(60000) * np.sign(rng.standard_normal((8, 1000)))).astype(np.float16)  # x² overflows fp16
+    _, weight, bias = _operands(8, 1000, "float16", rng)
+    y, _, _ = _run(layer_norm, big, weight, bias, "float16")
+    _check(big, weight, bias, "float16", y)
+    tiny = (rng.standard_normal((8, 3000)) * 1e-3).astype(np.float16)  # subnormal squares, rstd near 1/sqrt(eps)
+    _, weight, bias = _operands(8, 3000, "float16", rng)
+    y, _, _ = _run(layer_norm, tiny, weight, bias, "float16")
+    _check(tiny, weight, bias, "float16", y)
+
+
+def test_bad_operands_are_refused_before_launching(gpu):
+    x, y = DeviceArray((4, 64), "float32"), DeviceArray((4, 64), "float32")
+    w, b = DeviceArray((64,), "float32"), DeviceArray((64,), "float32")
+    v = LayerNormVariant("warp", "float32", 4, 128, 8, 8)
+    with pytest.raises(helpers.BookError, match="one value per column"):
+        v.launch(x, DeviceArray((63,), "float32"), DeviceArray((63,), "float32"), y)
+    with pytest.raises(helpers.BookError, match="one float per row"):
+        v.launch(x, w, b, y, mean=DeviceArray((3,), "float32"))
+    with pytest.raises(helpers.BookError, match="float32"):
+        v.launch(x, w, b, y, rstd=DeviceArray((4,), "float16"))
+    with pytest.raises(helpers.BookError, match="eps must be positive"):
+        v.launch(x, w, b, y, eps=0.0)
+    with pytest.raises(helpers.BookError, match="not aligned"):
+        v.launch(x, DeviceArray((65,), "float32").view(1, 64), b, y)
+    with pytest.raises(helpers.BookError, match="at most 64 values"):
+        v.launch(DeviceArray((4, 128), "float32"), DeviceArray((128,), "float32"), DeviceArray((128,), "float32"),
+                 DeviceArray((4, 128), "float32"))
+
+
+def test_measurements_check_first_and_count_the_bytes_a_layer_norm_must_move(gpu):
+    bench = helpers.Bench("layernorm-test", ["kernels/layernorm.cu"])
+    row = measure_dispatcher(bench, 1000, 3000, "float16")
+    assert row.bytes == (2 * 1000 + 2) * 3000 * 2 and row.rel_err <= TOLERANCE["float16"]
+    assert row.config["path"] == "cluster"
