@@ -375,6 +375,10 @@ class Kernel:
             return
         key = (grid, block, shared_bytes, cluster)
         if key not in self._cluster_configs:  # built once per launch shape: a timing loop relaunches it
+            threads = block[0] * block[1] * block[2]
+            if self.max_active_clusters(threads, cluster, shared_bytes) == 0:
+                raise LaunchConfigError(f"{self.name}: the GPU cannot place a cluster of {cluster} blocks of "
+                                        f"{threads} threads")
             self._cluster_configs[key] = self._cluster_config(grid, block, shared_bytes, cluster)
         config = self._cluster_configs[key]
         config.hStream = stream

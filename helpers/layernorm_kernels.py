@@ -19,8 +19,8 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check_operands, check_pack_size,
-                       np_dtype, random_normal, torch_compiled_for_shape, torch_module, widest_pack)
+from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, random_normal,
+                       row_scratch, torch_compiled_for_shape, torch_module, widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "layernorm.cu"
@@ -134,13 +134,10 @@ class LayerNormVariant:
             return moved + 2 * int(rows) * int(cols) * np_dtype(self.dtype).itemsize + 4 * 4 * int(rows)
         return moved
 
-    def grid(self, rows: int, kernel) -> int:
+    def grid(self, rows: int) -> int:
         if self.path == "warp":
             return max(1, -(-rows // (self.block_size // self.group_width)))
         if self.path == "cluster":
-            if self.cluster_size > 1 and kernel.max_active_clusters(self.block_size, self.cluster_size) == 0:
-                raise LaunchConfigError(f"{self.name_expression}: the GPU cannot place a cluster of "
-                                        f"{self.cluster_size} blocks of {self.block_size} threads")
             return rows * self.cluster_size
         return rows  # block_fused: a block per row
 
@@ -176,12 +173,12 @@ class LayerNormVariant:
             self._launch_unfused(x, weight, bias, y, rows, cols, eps, mean, rstd)
             return
         kernel = loaded_kernel(SOURCE, self.name_expression)
-        kernel(self.grid(rows, kernel), self.block_size, x, weight, bias, y, _pointer(mean), _pointer(rstd),
+        kernel(self.grid(rows), self.block_size, x, weight, bias, y, _pointer(mean), _pointer(rstd),
                rows, cols, np.float32(eps), cluster=self.cluster_size if self.path == "cluster" else 1)
 
     def _launch_unfused(self, x, weight, bias, y, rows, cols, eps, mean, rstd):
-        row_mean = mean if mean is not None else _scratch(rows, "mean")  # the statistics are the intermediates
-        row_rstd = rstd if rstd is not None else _scratch(rows, "rstd")
+        row_mean = mean if mean is not None else row_scratch(rows, "layernorm mean")  # the statistics are the intermediates
+        row_rstd = rstd if rstd is not None else row_scratch(rows, "layernorm rstd")
         find_mean, find_rstd, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
         find_mean(rows, self.block_size, x, row_mean, rows, cols)
         find_rstd(rows, self.block_size, x, row_mean, row_rstd, rows, cols, np.float32(eps))
@@ -192,16 +189,6 @@ class LayerNormVariant:
 def _pointer(array: DeviceArray | None):
     """A DeviceArray, or a null pointer for an output that is not wanted."""
     return array if array is not None else ctypes.c_void_p(0)
-
-
-_scratches = {}
-
-
-def _scratch(rows: int, what: str) -> DeviceArray:
-    """The unfused path's per-row intermediates, kept between calls."""
-    if _scratches.get(what) is None or _scratches[what].shape[0] < rows:
-        _scratches[what] = DeviceArray((rows,), "float32")
-    return _scratches[what].view(0, rows)
 
 
 # The cluster path's shapes, shortest rows first: (block, values per thread, blocks
@@ -326,8 +313,8 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
     """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
-    pack = min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, 1 << ((cols & -cols).bit_length() - 1))
-    return measure_layer_norm(bench, variant_for(cols, dtype, pack), rows, cols, provider="layer_norm()")
+    return measure_layer_norm(bench, variant_for(cols, dtype, widest_pack_for(cols, dtype)), rows, cols,
+                              provider="layer_norm()")
 
 
 def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False):

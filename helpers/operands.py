@@ -55,6 +55,26 @@ def widest_pack(*arrays: DeviceArray, divides: int = None) -> int:
     return pack
 
 
+def widest_pack_for(length: int, dtype: str) -> int:
+    """The widest pack (elements, up to 16 bytes) that divides ``length``: what the
+    dispatchers pick for a row of that length when the arrays are aligned."""
+    if length < 1:
+        raise InputError(f"a row has at least one value, got {length}")
+    return min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, length & -length)
+
+
+_row_scratches = {}
+
+
+def row_scratch(rows: int, name: str) -> DeviceArray:
+    """A float32 vector of ``rows`` values kept between calls under ``name``: the
+    per-row intermediates of the ladders' unfused kernels (softmax's max and sum,
+    LayerNorm's mean and rstd). It grows when a call needs more rows."""
+    if _row_scratches.get(name) is None or _row_scratches[name].shape[0] < rows:
+        _row_scratches[name] = DeviceArray((rows,), "float32")
+    return _row_scratches[name].view(0, rows)
+
+
 class HostReferences:
     """float64 references of host inputs, computed once per (input, kind) and kept for
     the last few inputs: a sweep checks many kernels against the same input, and a

@@ -19,8 +19,8 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, PACK_BYTES_MAX, HostReferences, InputPool, check_operands, check_pack_size,
-                       np_dtype, torch_compiled_for_shape, torch_module, widest_pack)
+from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, row_scratch,
+                       torch_compiled_for_shape, torch_module, widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
@@ -169,9 +169,6 @@ class SoftmaxVariant:
         if self.path == "ft_style":
             return max(1, -(-rows // self.rows_per_block))
         if self.path == "cluster":
-            if self.cluster_size > 1 and kernel.max_active_clusters(self.block_size, self.cluster_size) == 0:
-                raise LaunchConfigError(f"{self.name_expression}: the GPU cannot place a cluster of "
-                                        f"{self.cluster_size} blocks of {self.block_size} threads")
             return rows * self.cluster_size
         needed = self.shared_bytes(cols) + kernel.static_shared_bytes
         if needed > device.gpu().max_shared_per_block_optin:
@@ -207,21 +204,11 @@ class SoftmaxVariant:
                shared_bytes=self.shared_bytes(cols), cluster=self.cluster_size if self.path == "cluster" else 1)
 
     def _launch_naive(self, x, y, rows, cols):
-        row_max, row_sum = _scratch(rows, "max"), _scratch(rows, "sum")
+        row_max, row_sum = row_scratch(rows, "softmax max"), row_scratch(rows, "softmax sum")
         find_max, sum_exp, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
         find_max(rows, self.block_size, x, row_max, rows, cols)
         sum_exp(rows, self.block_size, x, row_max, row_sum, rows, cols)
         normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_max, row_sum, y, rows, cols)
-
-
-_scratches = {}
-
-
-def _scratch(rows: int, what: str) -> DeviceArray:
-    """The naive path's per-row intermediates, kept between calls."""
-    if _scratches.get(what) is None or _scratches[what].shape[0] < rows:
-        _scratches[what] = DeviceArray((rows,), "float32")
-    return _scratches[what].view(0, rows)
 
 
 def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None) -> SoftmaxVariant:
@@ -338,8 +325,7 @@ def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, pro
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str, *, log: bool = False):
     """softmax() as a user calls it: the dispatcher's choice, recorded in config."""
-    pack = min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, 1 << ((cols & -cols).bit_length() - 1))
-    return measure_softmax(bench, variant_for(rows, cols, dtype, pack, log=log), rows, cols,
+    return measure_softmax(bench, variant_for(rows, cols, dtype, widest_pack_for(cols, dtype), log=log), rows, cols,
                            provider="softmax()" if not log else "log_softmax()")
 
 

@@ -7,7 +7,7 @@ import helpers
 from helpers.device import DeviceArray
 from helpers.layernorm_kernels import (C_TYPES, TOLERANCE, LayerNormVariant, bytes_moved, layer_norm, max_error,
                                        measure_dispatcher, offset_error, reference, variant_for)
-from helpers.operands import np_dtype
+from helpers.operands import np_dtype, widest_pack_for
 
 
 def _opcodes(v):
@@ -61,6 +61,8 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
 def test_the_bytes_and_the_unfused_traffic():
     assert bytes_moved(10, 100, "float16") == (2 * 10 + 2) * 100 * 2
     assert bytes_moved(10, 100, "float32", statistics=True) == 22 * 400 + 80
+    assert [widest_pack_for(n, "float32") for n in (3000, 12, 6, 7)] == [4, 4, 2, 1]
+    assert widest_pack_for(3000, "float16") == 8 and widest_pack_for(1024, "bfloat16") == 8
     unfused = LayerNormVariant("unfused", "float32", 1, 256)
     assert len(unfused.name_expressions) == 3 and unfused.traffic(10, 100) == 22 * 400 + 2 * 4000 + 160
 
