@@ -11,12 +11,12 @@ from .errors import (BookError, CompileError, CudaError, DeviceOutOfMemoryError,
                      KernelFaultError, LaunchConfigError, NoGpuError, NotRecordedError)
 from .record import Recording, stale_sources
 from .sass import memory_ops, opcodes
-from .timing import Timing, time_gpu
+from .timing import Timing, time_gpu, time_interleaved
 
 __all__ = [
     "Bench", "Row", "Unavailable", "CompiledKernels", "Resources", "compile_kernels", "default_arch",
     "DeviceArray", "gpu", "gpu_available", "no_gpu_reason", "synchronize", "BookError",
     "CompileError", "CudaError", "DeviceOutOfMemoryError", "InputError", "KernelFaultError",
     "LaunchConfigError", "NoGpuError", "NotRecordedError", "Recording", "stale_sources",
-    "memory_ops", "opcodes", "Timing", "time_gpu",
+    "memory_ops", "opcodes", "Timing", "time_gpu", "time_interleaved",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import device
 from .errors import NotRecordedError
 from .record import Recording, canonical_config, source_hashes, stale_sources
-from .timing import time_gpu
+from .timing import time_interleaved
 
 CEILING_BYTES = 1 << 30  # the copy ceiling is measured on a 1 GiB buffer
 TIMER_SOURCE = "kernels/timing.cu"  # the timer's own kernel: part of every recording's sources
@@ -118,34 +118,60 @@ class Bench:
         from it. A measurement already taken in this run is returned as it is.
         Returns None when the provider is not installed.
         """
-        shape, config = [int(s) for s in shape], canonical_config(config)
+        return self.measure_together([dict(provider=provider, dtype=dtype, shape=shape, config=config,
+                                           bytes=bytes, setup=setup)], flush=flush)[0]
+
+    def measure_together(self, measurements: list, *, flush: bool = True) -> list:
+        """Measure several things head to head: each is checked first, then they are
+        timed taking turns, one repetition of each in every round (timing.time_interleaved),
+        so that what drifts during the measurement drifts for all of them alike.
+        ``measurements`` holds the keyword arguments of ``measure`` (provider, dtype,
+        shape, config, bytes, setup). With more than one, each row's config records
+        the providers it was timed with ("in_turns_with"), so these rows never stand
+        in for ones timed alone. Returns a Row (or None: not installed) for each."""
+        keys = []
+        for m in measurements:
+            config = dict(m.get("config") or {})
+            if len(measurements) > 1:
+                config["in_turns_with"] = ", ".join(o["provider"] for o in measurements if o is not m)
+            keys.append((m["provider"], str(m["dtype"]), [int(s) for s in m["shape"]], canonical_config(config)))
         if not self.live:
-            found = self.recording.find(provider, str(dtype), shape, config)
-            if found is None:
-                raise NotRecordedError(
-                    f"{provider} {dtype} {shape} {config} was not recorded on {self.recording.device}; "
-                    f"recorded configurations of {provider}: {self.recorded_configs(provider)}")
-            return _row_from_dict(found)
-        if provider in self._unavailable:
-            return None
-        if flush:
-            taken = self.recording.find(provider, str(dtype), shape, config)
+            rows = []
+            for provider, dtype, shape, config in keys:
+                found = self.recording.find(provider, dtype, shape, config)
+                if found is None:
+                    raise NotRecordedError(
+                        f"{provider} {dtype} {shape} {config} was not recorded on {self.recording.device}; "
+                        f"recorded configurations of {provider}: {self.recorded_configs(provider)}")
+                rows.append(_row_from_dict(found))
+            return rows
+        rows, runs, pending = [None] * len(keys), [], []
+        for index, (m, (provider, dtype, shape, config)) in enumerate(zip(measurements, keys)):
+            if provider in self._unavailable:
+                continue
+            taken = self.recording.find(provider, dtype, shape, config) if flush else None
             if taken is not None:
-                return _row_from_dict(taken)
-        try:
-            run, check = setup()
-        except Unavailable as e:
-            self._unavailable.add(provider)
-            print(f"{provider} is not measured here: {e}")
-            return None
-        rel_err = check() if check is not None else None
-        timing = time_gpu(run, flush=flush)
-        row = Row(provider=provider, dtype=str(dtype), shape=shape, config=config, bytes=int(bytes),
-                  ms=timing.ms, gbs=timing.gbs(bytes),
-                  rel_err=None if rel_err is None else float(rel_err),
-                  ms_q1=timing.ms_q1, ms_q3=timing.ms_q3, reps=timing.reps)
-        self.recording.add(dict(row.__dict__))
-        return row
+                rows[index] = _row_from_dict(taken)
+                continue
+            try:
+                run, check = m["setup"]()
+            except Unavailable as e:
+                self._unavailable.add(provider)
+                print(f"{provider} is not measured here: {e}")
+                continue
+            rel_err = check() if check is not None else None
+            runs.append(run)
+            pending.append((index, rel_err))
+        if runs:
+            for (index, rel_err), timing in zip(pending, time_interleaved(runs, flush=flush)):
+                provider, dtype, shape, config = keys[index]
+                nbytes = int(measurements[index]["bytes"])
+                row = Row(provider=provider, dtype=dtype, shape=shape, config=config, bytes=nbytes,
+                          ms=timing.ms, gbs=timing.gbs(nbytes), rel_err=None if rel_err is None else float(rel_err),
+                          ms_q1=timing.ms_q1, ms_q3=timing.ms_q3, reps=timing.reps)
+                self.recording.add(dict(row.__dict__))
+                rows[index] = row
+        return rows
 
     def value(self, name: str, compute):
         """A measured result that is not a bandwidth row (a dict of numbers, say):

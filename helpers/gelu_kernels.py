@@ -16,12 +16,18 @@ import numpy as np
 from . import device
 from .device import DeviceArray
 from .errors import InputError
-from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, np_dtype, torch_dtype,
-                       torch_module, widest_pack)
+from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, np_dtype, torch_compiled_for_shape,
+                       torch_module, torch_tensor, widest_pack)
 
 SOURCE = "gelu.cu"
-SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh"]
-MATHS = {"tanh": 0, "erf": 1, "tanh_approx": 2, "half2": 3}  # GeluMath in gelu.cu
+SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh", "kernels/convert.cuh"]
+MATHS = {"tanh": 0, "erf": 1, "tanh_approx": 2, "half2": 3, "sigmoid": 4}  # GeluMath in gelu.cu
+PACKS_PER_THREAD = (1, 2, 4)
+# gelu() gives each thread two packs when the input is at most this large, the launch
+# shape of PyTorch's elementwise kernel (8 elements per thread). On the H200, one, two
+# and four packs per thread are within the timing noise of each other below a few MiB
+# (the chapter's small-array figure); above this size one pack per thread is as fast.
+SMALL_INPUT_BYTES = 16 << 20
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has
 # the size of its input, so this is a relative error for |x| > 1 and an absolute
@@ -29,10 +35,12 @@ MATHS = {"tanh": 0, "erf": 1, "tanh_approx": 2, "half2": 3}  # GeluMath in gelu.
 # Each bound is a few times the error we expect from the arithmetic and from
 # rounding the output to its dtype (half an ulp: 2^-24, 2^-11, 2^-8 relative).
 TOLERANCE = {
-    ("float32", "tanh"): 2e-6, ("float32", "erf"): 2e-6, ("float32", "tanh_approx"): 2e-3,
-    ("float16", "tanh"): 1.5e-3, ("float16", "erf"): 1.5e-3, ("float16", "tanh_approx"): 3e-3,
-    ("float16", "half2"): 8e-3,
-    ("bfloat16", "tanh"): 1e-2, ("bfloat16", "erf"): 1e-2, ("bfloat16", "tanh_approx"): 1.2e-2,
+    ("float32", "tanh"): 2e-6, ("float32", "erf"): 2e-6, ("float32", "sigmoid"): 2e-6,
+    ("float32", "tanh_approx"): 2e-3,
+    ("float16", "tanh"): 1.5e-3, ("float16", "erf"): 1.5e-3, ("float16", "sigmoid"): 1.5e-3,
+    ("float16", "tanh_approx"): 3e-3, ("float16", "half2"): 8e-3,
+    ("bfloat16", "tanh"): 1e-2, ("bfloat16", "erf"): 1e-2, ("bfloat16", "sigmoid"): 1e-2,
+    ("bfloat16", "tanh_approx"): 1.2e-2,
 }
 # A share of the inputs has a large magnitude, up to this: GELU must give x (or 0)
 # there, never NaN, even where x^3 overflows the storage format.
@@ -49,6 +57,7 @@ class GeluVariant(ElementwiseVariant):
     kernel: str = "packed"
     pack_size: int = 4
     math: str = "tanh"  # one of MATHS
+    packs_per_thread: int = 1  # the packed kernel: packs each thread loads before computing
 
     SOURCE: ClassVar[str] = SOURCE
     KERNELS: ClassVar[tuple] = ("grid_stride", "packed")
@@ -61,11 +70,15 @@ class GeluVariant(ElementwiseVariant):
         if self.math == "half2" and not (self.dtype == "float16" and self.kernel == "packed" and self.pack_size % 2 == 0):
             raise InputError("math='half2' computes pairs of halves: it needs dtype float16, the packed "
                              "kernel and an even pack_size")
+        if self.packs_per_thread not in PACKS_PER_THREAD or (self.packs_per_thread > 1 and not self.packed):
+            raise InputError(f"packs_per_thread must be one of {PACKS_PER_THREAD} (and 1 for the grid-stride "
+                             f"kernel), got {self.packs_per_thread}")
 
     @property
     def name_expression(self) -> str:
         if self.kernel == "packed":
-            return f"gelu_packed<{self.c_type}, {self.pack_size}, {self.block_size}, {MATHS[self.math]}>"
+            return (f"gelu_packed<{self.c_type}, {self.pack_size}, {self.block_size}, {MATHS[self.math]}, "
+                    f"{self.packs_per_thread}>")
         return f"gelu_grid_stride<{self.c_type}, {MATHS[self.math]}>"
 
     @property
@@ -73,21 +86,29 @@ class GeluVariant(ElementwiseVariant):
         config = {"block_size": self.block_size, "math": self.math}
         if self.kernel == "packed":
             config["pack_size"] = self.pack_size
+            config["packs_per_thread"] = self.packs_per_thread
         return config
 
     def grid(self, n: int, kernel) -> int:
-        if self.kernel == "packed":  # one pack per thread: the grid covers the array
-            return max(1, -(-(n // self.pack_size) // self.block_size))
+        if self.kernel == "packed":  # packs_per_thread packs per thread: the grid covers the array
+            return max(1, -(-(n // self.pack_size) // (self.block_size * self.packs_per_thread)))
         return self.one_wave(kernel, -(-n // self.block_size))
 
 
-def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "tanh", block_size: int = 256) -> GeluVariant:
-    """y = GELU(x), as a library would do it: 16-byte packs when both pointers allow
-    them, the scalar path otherwise. Returns the variant that ran."""
-    pack = widest_pack(x, y)
-    if math == "half2" and pack < 2:
+def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
+    """The kernel gelu() runs for n elements whose pointers allow ``pack_size``: two packs
+    per thread for inputs up to SMALL_INPUT_BYTES, one above."""
+    if math == "half2" and pack_size < 2:
         math = "tanh_approx"  # pairs need 4-byte alignment; the nearest scalar arithmetic
-    variant = GeluVariant("packed", str(x.dtype), pack, block_size, math)
+    small = n * np_dtype(dtype).itemsize <= SMALL_INPUT_BYTES
+    return GeluVariant("packed", dtype, pack_size, block_size, math, 2 if small and pack_size > 1 else 1)
+
+
+def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
+    """y = GELU(x), as a library would do it: 16-byte packs when both pointers allow
+    them, the scalar path otherwise; the tanh form computed as x * sigmoid(2u) by
+    default (tanhf's accuracy, a third of its instructions). Returns the variant that ran."""
+    variant = variant_for(x.size, str(x.dtype), widest_pack(x, y), math, block_size)
     variant.launch(x, y)
     return variant
 
@@ -162,46 +183,65 @@ inputs = InputPool()
 CHECK_UP_TO = 1 << 24
 
 
-def measure_gelu(bench, variant: GeluVariant, n: int, *, check: bool = None):
-    """Check against float64 on fresh random inputs (see CHECK_UP_TO), then time."""
+def gelu_measurement(variant: GeluVariant, n: int, *, check: bool = None, provider: str = None) -> dict:
+    """What ``bench.measure`` needs to check one kernel against float64 on fresh random
+    inputs (see CHECK_UP_TO) and time it."""
     check = n <= CHECK_UP_TO if check is None else check
 
     def setup():
         host, x, y = inputs.get(n, variant.dtype, random_input)
         return (lambda: variant.launch(x, y)), ((lambda: check_gelu(variant, x, y, host)) if check else None)
-    return bench.measure(variant.name, dtype=variant.dtype, shape=[n], config=variant.config,
-                         bytes=bytes_moved(n, variant.dtype), setup=setup)
+    return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[n], config=variant.config,
+                bytes=bytes_moved(n, variant.dtype), setup=setup)
 
 
-_compiled_torch_gelu = {}
+def measure_gelu(bench, variant: GeluVariant, n: int, *, check: bool = None, provider: str = None):
+    return bench.measure(**gelu_measurement(variant, n, check=check, provider=provider))
 
 
-def measure_torch_gelu(bench, n: int, dtype: str, *, compiled: bool = False, check: bool = None):
-    """``torch.nn.functional.gelu(x, approximate="tanh")``, eager or torch.compile'd
-    (dynamic shapes: one compilation serves every size), on the same kind of input."""
+def dispatcher_measurement(n: int, dtype: str, *, check: bool = None) -> dict:
+    """gelu() as a user calls it, on aligned arrays: its choice is recorded in config."""
+    return gelu_measurement(variant_for(n, dtype, 16 // np_dtype(dtype).itemsize), n, check=check, provider="gelu()")
+
+
+def measure_dispatcher(bench, n: int, dtype: str, *, check: bool = None):
+    return bench.measure(**dispatcher_measurement(n, dtype, check=check))
+
+
+def torch_measurement(n: int, dtype: str, *, compiled: bool = False, check: bool = None) -> dict:
+    """``torch.nn.functional.gelu(x, approximate="tanh")``, eager or torch.compile'd for this
+    one size, on the very bytes our kernels read (the same input pool), into its own output."""
     check = n <= CHECK_UP_TO if check is None else check
 
     def setup():
-        torch = torch_module()
         import torch.nn.functional as F
-        fn = F.gelu
+        host, x, _ = inputs.get(n, dtype, random_input)
+        t = torch_tensor(x)
+
+        def fn(a):
+            return F.gelu(a, approximate="tanh")
         if compiled:
-            if dtype not in _compiled_torch_gelu:
-                _compiled_torch_gelu[dtype] = torch.compile(
-                    lambda t: F.gelu(t, approximate="tanh"), dynamic=True)
-            fn = _compiled_torch_gelu[dtype]
-        host = random_input(n, dtype)
-        x = torch.from_numpy(host.astype(np.float32)).to("cuda", torch_dtype(torch, dtype))
-        run = (lambda: fn(x)) if compiled else (lambda: fn(x, approximate="tanh"))
+            fn = torch_compiled_for_shape(("gelu", n, dtype), fn)
 
         def check_torch():
-            y = run()
-            torch.cuda.synchronize()
-            return gelu_error(host, y.float().cpu().numpy().astype(np_dtype(dtype)), "tanh")
-        return run, (check_torch if check else None)
-    provider = "torch.compile" if compiled else "torch"
-    return bench.measure(provider, dtype=dtype, shape=[n], config={"op": "gelu(approximate='tanh')"},
-                         bytes=bytes_moved(n, dtype), setup=setup)
+            out = fn(t)
+            torch_module().cuda.synchronize()
+            return gelu_error(host, out.float().cpu().numpy().astype(np_dtype(dtype)), "tanh")
+        return (lambda: fn(t)), (check_torch if check else None)
+    return dict(provider="torch.compile" if compiled else "torch", dtype=dtype, shape=[n],
+                config={"op": "gelu(approximate='tanh')"}, bytes=bytes_moved(n, dtype), setup=setup)
+
+
+def measure_torch_gelu(bench, n: int, dtype: str, *, compiled: bool = False, check: bool = None):
+    return bench.measure(**torch_measurement(n, dtype, compiled=compiled, check=check))
+
+
+def measure_versus_torch(bench, n: int, dtype: str, *, check: bool = None) -> list:
+    """gelu(), PyTorch eager and torch.compile on the same bytes, timed in turns (one
+    repetition of each per round): [ours, eager, compiled], None for what is not installed."""
+    return bench.measure_together([dispatcher_measurement(n, dtype, check=check),
+                                   torch_measurement(n, dtype, check=check),
+                                   torch_measurement(n, dtype, compiled=True, check=check)])
 
 
 def sanitizer_cases():
@@ -221,7 +261,9 @@ def sanitizer_cases():
         return f"gelu() {dtype} n={n} offset=1", run
     variants = [GeluVariant("grid_stride", d, 1, 256, m) for d in C_TYPES for m in ("tanh", "erf")]
     variants += [GeluVariant("packed", d, 16 // np_dtype(d).itemsize, b, m) for d in C_TYPES
-                 for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx")]
-    variants += [GeluVariant("packed", "float16", p, 256, "half2") for p in (2, 8)]
+                 for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx", "sigmoid")]
+    variants += [GeluVariant("packed", d, 16 // np_dtype(d).itemsize, 128, "sigmoid", p) for d in C_TYPES
+                 for p in (2, 4)]
+    variants += [GeluVariant("packed", "float16", p, 256, "half2", t) for p in (2, 8) for t in (1, 2)]
     cases = [case(v, n) for v in variants for n in (1, 7, 1023, (1 << 16) + 3)]
     return cases + [misaligned(d, 1000) for d in C_TYPES]

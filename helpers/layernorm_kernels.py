@@ -20,7 +20,8 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, random_normal,
-                       row_scratch, torch_compiled_for_shape, torch_module, widest_pack, widest_pack_for)
+                       row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
+                       widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "layernorm.cu"
@@ -323,7 +324,7 @@ def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compile
     def setup():
         torch = torch_module()
         host, weight, bias, x, w, b, _ = _operands(rows, cols, dtype)
-        t, tw, tb = (torch.as_tensor(a, device="cuda") for a in (x, w, b))
+        t, tw, tb = (torch_tensor(a) for a in (x, w, b))
 
         def fn(a, w, b):
             return torch.nn.functional.layer_norm(a, (cols,), w, b, EPS)

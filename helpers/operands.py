@@ -235,5 +235,16 @@ def torch_compiled_for_shape(key, fn):
     return _compiled_torch[key]
 
 
+def torch_tensor(x: DeviceArray):
+    """A PyTorch tensor over ``x``'s device memory, no copy: the peers are measured on the
+    very bytes our kernels read. bfloat16 (which ``__cuda_array_interface__`` cannot name)
+    is shared as int16 and viewed back as torch.bfloat16."""
+    torch = torch_module()
+    if x.dtype == np_dtype("bfloat16"):
+        bits = DeviceArray(x.shape, np.int16, _ptr=x.ptr, _owner=x)
+        return torch.as_tensor(bits, device="cuda").view(torch.bfloat16)
+    return torch.as_tensor(x, device="cuda")
+
+
 def torch_dtype(torch, dtype: str):
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

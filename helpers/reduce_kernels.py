@@ -17,7 +17,7 @@ from .bench import Unavailable
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import HostReferences, InputPool, torch_compiled_for_shape, torch_module
+from .operands import HostReferences, InputPool, torch_compiled_for_shape, torch_module, torch_tensor
 
 SOURCE = "reduce.cu"
 SOURCES = ["kernels/reduce.cu", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -405,8 +405,7 @@ def measure_rows(bench, variant: RowVariant, rows: int, cols: int):
 # ---------------------------------------------------------------- the peers, on the same bytes
 
 def _torch_view(x: DeviceArray):
-    torch = torch_module()
-    return torch, torch.as_tensor(x, device="cuda")
+    return torch_module(), torch_tensor(x)
 
 
 def _torch_sum(torch, dims, compiled: bool, shape):

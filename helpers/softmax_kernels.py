@@ -20,7 +20,7 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, row_scratch,
-                       torch_compiled_for_shape, torch_module, widest_pack, widest_pack_for)
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "softmax.cu"
@@ -335,7 +335,7 @@ def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: 
     def setup():
         torch = torch_module()
         host, x, _ = _matrix(rows, cols, dtype)
-        t = torch.as_tensor(x, device="cuda")
+        t = torch_tensor(x)
         fn = (lambda a: torch.log_softmax(a, -1)) if log else (lambda a: torch.softmax(a, -1))
         if compiled:
             fn = torch_compiled_for_shape(("log_softmax" if log else "softmax", rows, cols, dtype), fn)

@@ -75,40 +75,61 @@ def time_gpu(run, *, reps: int = None, warmup: int = 3, flush: bool = True,
     record an event. With ``reps=None`` the count is chosen so the whole
     measurement takes about ``budget_ms`` (between min_reps and max_reps).
     """
+    return time_interleaved([run], reps=reps, warmup=warmup, flush=flush, budget_ms=budget_ms,
+                            min_reps=min_reps, max_reps=max_reps)[0]
+
+
+def time_interleaved(runs, *, reps: int = None, warmup: int = 3, flush: bool = True,
+                     budget_ms: float = 400.0, min_reps: int = 10, max_reps: int = 200) -> list:
+    """Time several ``runs`` taking turns: repetition r times run 0, then run 1, ...,
+    each after its own L2 flush. Whatever drifts during a measurement (clocks, the
+    state the previous work left in memory) then drifts for all of them alike, which
+    matters for kernels of a few microseconds compared head to head. One Timing per run."""
+    if not runs:
+        raise ValueError("time_interleaved needs at least one run")
     cu = _driver()
     stream = cu.CUstream(0)
-    for _ in range(warmup):
-        run()
+    for run in runs:
+        for _ in range(warmup):
+            run()
     check(cu.cuCtxSynchronize(), "warm-up (cuCtxSynchronize)")
-    # One probe: the GPU time of a repetition, and the host time to queue one.
-    start, end = _events(2)
+    # One probe: the GPU time of a round, and the host time to queue one.
+    count = len(runs)
+    probe = _events(2 * count)
     queued = time.perf_counter()
-    if flush:
-        flush_l2()
-    check(cu.cuEventRecord(start, stream), "cuEventRecord")
-    run()
-    check(cu.cuEventRecord(end, stream), "cuEventRecord")
+    for k, run in enumerate(runs):
+        if flush:
+            flush_l2()
+        check(cu.cuEventRecord(probe[2 * k], stream), "cuEventRecord")
+        run()
+        check(cu.cuEventRecord(probe[2 * k + 1], stream), "cuEventRecord")
     host_ms = (time.perf_counter() - queued) * 1e3
-    check(cu.cuEventSynchronize(end), "cuEventSynchronize")
-    once = max(_elapsed_ms(start, end), 1e-3)
-    for e in (start, end):
+    check(cu.cuEventSynchronize(probe[-1]), "cuEventSynchronize")
+    once = max(sum(_elapsed_ms(probe[2 * k], probe[2 * k + 1]) for k in range(count)), 1e-3)
+    for e in probe:
         cu.cuEventDestroy(e)
     if reps is None:
-        reps = int(np.clip(budget_ms / (once + (0.05 if flush else 0.0)), min_reps, max_reps))
-    events = _events(2 * reps)
+        reps = int(np.clip(budget_ms / (once + (0.05 * len(runs) if flush else 0.0)), min_reps, max_reps))
+    events = _events(2 * reps * count)
     try:
         hold_gpu(min(2.0 * reps * host_ms + 0.5, 500.0))  # the host queues every repetition meanwhile
         for r in range(reps):
-            if flush:
-                flush_l2()
-            check(cu.cuEventRecord(events[2 * r], stream), "cuEventRecord")
-            run()
-            check(cu.cuEventRecord(events[2 * r + 1], stream), "cuEventRecord")
+            for k, run in enumerate(runs):
+                if flush:
+                    flush_l2()
+                slot = 2 * (r * count + k)
+                check(cu.cuEventRecord(events[slot], stream), "cuEventRecord")
+                run()
+                check(cu.cuEventRecord(events[slot + 1], stream), "cuEventRecord")
         check(cu.cuEventSynchronize(events[-1]), "waiting for the timed runs (cuEventSynchronize)")
-        times = np.array([_elapsed_ms(events[2 * r], events[2 * r + 1]) for r in range(reps)])
+        times = np.array([[_elapsed_ms(events[2 * (r * count + k)], events[2 * (r * count + k) + 1])
+                           for r in range(reps)] for k in range(count)])
     finally:
         for e in events:
             cu.cuEventDestroy(e)
-    q1, median, q3 = np.percentile(times, [25, 50, 75])
-    return Timing(ms=float(median), ms_q1=float(q1), ms_q3=float(q3), ms_min=float(times.min()),
-                  ms_max=float(times.max()), reps=reps, l2_flushed=flush)
+    timings = []
+    for row in times:
+        q1, median, q3 = np.percentile(row, [25, 50, 75])
+        timings.append(Timing(ms=float(median), ms_q1=float(q1), ms_q3=float(q3), ms_min=float(row.min()),
+                              ms_max=float(row.max()), reps=reps, l2_flushed=flush))
+    return timings

@@ -8,6 +8,7 @@
 // its memory access is right.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include "convert.cuh"
 #include "pack.cuh"
 
 // Which arithmetic computes GELU (a template parameter of every kernel).
@@ -16,6 +17,7 @@ enum GeluMath : int {
     kErf = 1,         // the exact form with erff
     kTanhApprox = 2,  // the tanh form with the hardware's tanh.approx.f32 (one MUFU op)
     kHalf2 = 3,       // the tanh form in half2 arithmetic: __hmul2 / __hfma2 / tanh.approx.f16x2
+    kSigmoid = 4,     // the tanh form rewritten as x * sigmoid(2 u): one exponential, one reciprocal
 };
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -32,10 +34,21 @@ __device__ __forceinline__ float tanh_approx(float y) {
 // x^3 cannot overflow (65504^3 is 2.8e14, far inside float's range). For |x|
 // large enough that x^3 overflows even float, tanh(+-inf) = +-1 and the result
 // is x or -0, never NaN.
+//
+// kSigmoid is the same tanh form, not a new approximation: 0.5 (1 + tanh(u)) is
+// exactly 1 / (1 + exp(-2u)), so GELU(x) = x / (1 + exp(-2u)). That costs one
+// MUFU.EX2 and one MUFU.RCP (__expf, __fdividef), a few multiplies, and no
+// branch, where tanhf chooses between a polynomial and an exponential per
+// element: about half of tanhf's instructions per element. __expf's error
+// grows with its argument (2 + 1.16 |a| ulp), but it reaches the result only
+// where exp(-2u) is large, that is where GELU(x) is tiny next to x: the error,
+// measured as the chapter does, stays near tanhf's. Large |x|: exp(-2u) is 0
+// or +inf, and x / inf is -0.
 template <int Math>
 __device__ __forceinline__ float gelu(float x) {
     if (Math == kErf) return 0.5f * x * (1.0f + erff(x * kRsqrt2));
     const float inner = kSqrt2OverPi * (x + kCubic * x * x * x);
+    if (Math == kSigmoid) return __fdividef(x, 1.0f + __expf(-2.0f * inner));
     const float t = (Math == kTanhApprox) ? tanh_approx(inner) : tanhf(inner);
     return 0.5f * x * (1.0f + t);
 }
@@ -51,53 +64,53 @@ __device__ __forceinline__ __half2 gelu_half2(__half2 x) {
     return __hmul2(__hmul2(half, x), __hadd2(one, h2tanh_approx(inner)));
 }
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float(float x) { return x; }
-template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-
 // Step 1 (and the scalar path): one element per access, in a grid-stride loop.
 template <typename T, int Math>
 __global__ void gelu_grid_stride(const T* __restrict__ x, T* __restrict__ y, long long n) {
     const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
     for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = from_float<T>(gelu<Math>(to_float(x[i])));
+        y[i] = narrow<T>(gelu<Math>(widen(x[i])));
     }
 }
 
-// Steps 2-5: one generic kernel. Each thread loads one Pack of PackSize values
-// (up to 16 bytes: LDG.E.128), computes GELU on each, and stores the Pack; the
-// grid covers the array, the shape that reached the copy ceiling in chapter 1.
+// Steps 2-5: one generic kernel. Each thread loads PacksPerThread Packs of
+// PackSize values (up to 16 bytes each: LDG.E.128), all before it uses any, so
+// their latencies overlap; computes GELU on each value; and stores the Packs.
+// The grid covers the array. A block's packs are BlockSize apart, so each load
+// instruction of a warp still reads consecutive 16-byte chunks.
 // With Math == kHalf2 the pack is processed as pairs in half2 arithmetic (T must
 // be __half and PackSize even); otherwise each value is widened to float.
 // Requires: x and y aligned to sizeof(Pack); the host falls back to the scalar
 // path (PackSize 1) for pointers that are not.
-template <typename T, int PackSize, int BlockSize, int Math>
+template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread>
 __global__ void __launch_bounds__(BlockSize)
 gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
     using P = Pack<T, PackSize>;
     const long long num_packs = n / PackSize;
-    const long long i = static_cast<long long>(blockIdx.x) * BlockSize + threadIdx.x;
-    if (i < num_packs) {
-        P pack = reinterpret_cast<const P*>(x)[i];
+    const long long first = static_cast<long long>(blockIdx.x) * BlockSize * PacksPerThread + threadIdx.x;
+    P packs[PacksPerThread];
+#pragma unroll
+    for (int j = 0; j < PacksPerThread; ++j) {
+        const long long i = first + j * BlockSize;
+        if (i < num_packs) packs[j] = reinterpret_cast<const P*>(x)[i];
+    }
+#pragma unroll
+    for (int j = 0; j < PacksPerThread; ++j) {
+        const long long i = first + j * BlockSize;
+        if (i >= num_packs) break;
         if constexpr (Math == kHalf2) {
             static_assert(sizeof(T) == 2 && PackSize % 2 == 0, "half2 arithmetic needs pairs of halves");
-            __half2* pairs = reinterpret_cast<__half2*>(pack.values);
+            __half2* pairs = reinterpret_cast<__half2*>(packs[j].values);
 #pragma unroll
             for (int k = 0; k < PackSize / 2; ++k) pairs[k] = gelu_half2(pairs[k]);
         } else {
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) pack.values[k] = from_float<T>(gelu<Math>(to_float(pack.values[k])));
+            for (int k = 0; k < PackSize; ++k) packs[j].values[k] = narrow<T>(gelu<Math>(widen(packs[j].values[k])));
         }
-        reinterpret_cast<P*>(y)[i] = pack;
+        reinterpret_cast<P*>(y)[i] = packs[j];
     }
     // The tail: fewer than PackSize elements past the last whole pack, one per
     // thread of the first block (computed in float whatever Math says).
-    const long long tail = num_packs * PackSize + i;
-    if (tail < n) y[tail] = from_float<T>(gelu<Math == kHalf2 ? kTanhApprox : Math>(to_float(x[tail])));
+    const long long tail = num_packs * PackSize + static_cast<long long>(blockIdx.x) * BlockSize + threadIdx.x;
+    if (tail < n) y[tail] = narrow<T>(gelu<Math == kHalf2 ? kTanhApprox : Math>(widen(x[tail])));
 }

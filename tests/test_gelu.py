@@ -5,14 +5,16 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.gelu_kernels import (MATHS, TOLERANCE, GeluVariant, check_gelu, gelu, gelu_error,
-                                  random_input, reference)
+                                  random_input, reference, variant_for)
 
-ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16", "bfloat16")
-        for m in ("tanh", "erf", "tanh_approx")]
+FLOAT_MATHS = ("tanh", "erf", "tanh_approx", "sigmoid")
+ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16", "bfloat16") for m in FLOAT_MATHS]
        + [GeluVariant("packed", d, p, b, m) for d, packs in (("float32", (1, 2, 4)), ("float16", (1, 2, 4, 8)),
                                                              ("bfloat16", (2, 8)))
-          for p in packs for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx")]
-       + [GeluVariant("packed", "float16", p, b, "half2") for p in (2, 4, 8) for b in (128, 256)])
+          for p in packs for b in (128, 1024) for m in FLOAT_MATHS]
+       + [GeluVariant("packed", d, p, 128, "sigmoid", t) for d, p in (("float32", 4), ("float16", 8), ("bfloat16", 2))
+          for t in (2, 4)]
+       + [GeluVariant("packed", "float16", p, b, "half2", t) for p in (2, 4, 8) for b in (128, 256) for t in (1, 2)])
 
 
 def sass_ops(variant):
@@ -39,6 +41,28 @@ def test_tanh_approx_is_one_hardware_instruction_per_element():
     assert ops["MUFU.TANH"] == 4 + 1 and "MUFU.EX2" not in ops  # 4 in the pack, 1 in the tail
 
 
+def test_the_sigmoid_form_is_one_exponential_and_one_reciprocal_per_element():
+    ops = sass_ops(GeluVariant("packed", "float32", 4, 256, "sigmoid"))
+    assert ops["MUFU.EX2"] == 4 + 1 and ops["MUFU.RCP"] == 4 + 1, ops  # 4 in the pack, 1 in the tail
+    tanhf = sass_ops(GeluVariant("packed", "float32", 4, 256, "tanh"))
+    assert sum(ops.values()) < 0.75 * sum(tanhf.values()), (sum(ops.values()), sum(tanhf.values()))
+
+
+@pytest.mark.parametrize("packs", [1, 2, 4])
+def test_each_thread_issues_one_wide_load_and_store_per_pack(packs):
+    ops = sass_ops(GeluVariant("packed", "float16", 8, 128, "sigmoid", packs))
+    assert ops["LDG.E.128.CONSTANT"] == packs and ops["STG.E.128"] == packs, ops
+
+
+def test_the_library_gives_small_inputs_two_packs_per_thread():
+    small, large = variant_for(1 << 20, "float32", 4), variant_for(1 << 26, "float32", 4)
+    assert (small.packs_per_thread, large.packs_per_thread) == (2, 1)
+    assert small.math == large.math == "sigmoid" and small.block_size == 128
+    assert variant_for(1 << 20, "float32", 1).packs_per_thread == 1  # the scalar path stays one per thread
+    assert variant_for(1 << 20, "float16", 1, "half2").math == "tanh_approx"
+    assert small.grid(1 << 20, None) == (1 << 20) // (4 * 128 * 2)
+
+
 def test_no_variant_spills():
     for variant in ALL:
         assert not variant.compiled(arch="sm_90").resources(variant.name_expression).uses_local_memory, variant
@@ -47,7 +71,9 @@ def test_no_variant_spills():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(dtype="float32", pack_size=8), "at most 16 bytes per pack \\(4 float32\\)"),
     (dict(dtype="float64"), "dtype must be one of"),
-    (dict(math="sigmoid"), "math must be one of"),
+    (dict(math="fast"), "math must be one of"),
+    (dict(packs_per_thread=3), "packs_per_thread must be one of"),
+    (dict(kernel="grid_stride", pack_size=1, packs_per_thread=2), "1 for the grid-stride"),
     (dict(dtype="float32", math="half2"), "needs dtype float16"),
     (dict(dtype="float16", pack_size=1, math="half2"), "even pack_size"),
     (dict(block_size=100), "multiple of 32"),
@@ -68,7 +94,7 @@ def test_the_reference_and_the_error_measure():
 
 def test_tolerances_cover_every_variant():
     assert {(v.dtype, v.math) for v in ALL} <= set(TOLERANCE)
-    assert set(MATHS) == {"tanh", "erf", "tanh_approx", "half2"}
+    assert set(MATHS) == {"tanh", "erf", "tanh_approx", "half2", "sigmoid"}
 
 
 def test_random_inputs_span_small_and_large_values():
@@ -90,10 +116,11 @@ def test_every_gelu_matches_float64_on_irregular_sizes(gpu, variant):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_a_gigantic_input(gpu, dtype):
+@pytest.mark.parametrize("math", ["tanh", "sigmoid"])
+def test_a_gigantic_input(gpu, dtype, math):
     n = 1 << 28
-    variant = GeluVariant("packed", dtype, 16 // np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize)
-    assert check_gelu(variant, DeviceArray((n,), dtype), DeviceArray((n,), dtype)) <= TOLERANCE[(dtype, "tanh")]
+    variant = GeluVariant("packed", dtype, 16 // np.dtype(dtype).itemsize, 128, math)
+    assert check_gelu(variant, DeviceArray((n,), dtype), DeviceArray((n,), dtype)) <= TOLERANCE[(dtype, math)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -128,10 +155,23 @@ def test_nan_and_inf_propagate_as_ieee_says(gpu):
         expected = reference(host)
     assert np.isnan(expected[[0, 2, 4]]).all() and expected[1] == np.inf
     for variant in (GeluVariant("packed", "float32", 4), GeluVariant("grid_stride", "float32", 1, 64, "erf"),
-                    GeluVariant("packed", "float32", 4, 256, "tanh_approx")):
+                    GeluVariant("packed", "float32", 4, 256, "tanh_approx"),
+                    GeluVariant("packed", "float32", 4, 128, "sigmoid", 2)):
         x, y = DeviceArray.from_numpy(host), DeviceArray((8,), "float32")
         variant.launch(x, y)
         out = y.to_numpy()
         assert (np.isnan(out) == np.isnan(expected)).all(), (variant, out)
         assert out[1] == np.inf and out[5] == 0.0
         assert abs(out[3] - 0.8412) < 1e-3 and abs(out[7] - 2.9964) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_peers_read_our_very_bytes(gpu, dtype):
+    """PyTorch is measured on our device memory, bfloat16 included (shared as int16)."""
+    pytest.importorskip("torch")
+    from helpers.operands import torch_tensor
+    host = random_input(1000, dtype)
+    x = DeviceArray.from_numpy(host)
+    t = torch_tensor(x)
+    assert t.data_ptr() == x.ptr and str(t.dtype) == f"torch.{dtype}"
+    assert np.array_equal(t.float().cpu().numpy(), host.astype(np.float32))

@@ -106,6 +106,21 @@ def test_a_faulting_kernel_explains_that_the_context_is_lost(gpu, tmp_path):
     assert "LATER:" in done.stdout  # later calls repeat the one-line explanation
 
 
+def test_kernels_timed_in_turns_keep_their_own_times(gpu):
+    """time_interleaved: one Timing per run, in order, with the same number of repetitions;
+    a copy 16 times larger takes several times longer, and a tiny one stays tiny."""
+    variant = CopyVariant("packed", "float32", 4, 256)
+    small = DeviceArray((1 << 22,), "float32"), DeviceArray((1 << 22,), "float32")
+    large = DeviceArray((1 << 26,), "float32"), DeviceArray((1 << 26,), "float32")
+    tiny = DeviceArray((1024,), "float32"), DeviceArray((1024,), "float32")
+    timings = helpers.time_interleaved([lambda: variant.launch(*small), lambda: variant.launch(*large),
+                                        lambda: variant.launch(*tiny)])
+    assert len(timings) == 3 and len({t.reps for t in timings}) == 1 and timings[0].reps >= 10
+    assert timings[1].ms > 4 * timings[0].ms and timings[2].ms < 0.015, timings
+    alone = helpers.time_gpu(lambda: variant.launch(*large))
+    assert abs(alone.ms - timings[1].ms) < 0.1 * alone.ms, (alone, timings[1])
+
+
 def test_host_overhead_is_not_inside_the_timed_region(gpu):
     """A 4 KiB copy runs in a few microseconds; Python's launch overhead must not show up."""
     variant = CopyVariant("packed", "float32", 4, 256)

@@ -122,6 +122,25 @@ def test_replay_returns_recorded_rows_and_names_what_is_missing(replay, capsys):
                       bytes=12, setup=None)
 
 
+@pytest.mark.skipif(not RECORDINGS, reason="no recordings yet")
+def test_rows_timed_in_turns_are_kept_apart_from_rows_timed_alone(replay):
+    chapter = RECORDINGS[0].stem
+    bench = Bench(chapter, sources=list(Recording.load(chapter).sources))
+    alone = dict(bench.recording.rows[0])
+    ours = dict(alone, config=dict(alone["config"], in_turns_with="peer"), gbs=1.0, ms=alone["bytes"] / 1e6)
+    peer = dict(alone, provider="peer", config={"in_turns_with": alone["provider"]}, gbs=2.0,
+                ms=alone["bytes"] / 2e6)
+    bench.recording.rows += [ours, peer]
+    wanted = [dict(provider=alone["provider"], dtype=alone["dtype"], shape=alone["shape"], config=alone["config"],
+                   bytes=alone["bytes"], setup=None),
+              dict(provider="peer", dtype=alone["dtype"], shape=alone["shape"], config={}, bytes=alone["bytes"],
+                   setup=None)]
+    assert [r.gbs for r in bench.measure_together(wanted)] == [1.0, 2.0]
+    assert bench.measure(**wanted[0]).gbs == alone["gbs"]  # the row timed alone, not the one in turns
+    with pytest.raises(helpers.NotRecordedError, match="was not recorded on"):
+        bench.measure(**wanted[1])  # "peer" was only ever timed in turns
+
+
 def test_replay_without_a_recording_says_how_to_make_one(replay):
     with pytest.raises(helpers.NotRecordedError, match="BOOK_RECORD=1"):
         Bench("no-such-chapter", sources=["kernels/copy.cu"])

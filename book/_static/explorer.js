@@ -89,7 +89,9 @@
     const keys = root.dataset.keys.split(",");
     const baselines = (root.dataset.baselines || "").split(",").filter(Boolean);
     const fixed = JSON.parse(root.dataset.fixed || "{}");
-    const oneD = data.rows.filter((r) => r.shape.length === 1 && r.config.l2_flush !== false);
+    // Rows timed in turns with their peers (a head-to-head table) repeat rows timed alone.
+    const oneD = data.rows.filter((r) => r.shape.length === 1 && r.config.l2_flush !== false &&
+                                         r.config.in_turns_with === undefined);
     const matches = (r, wanted) => Object.entries(wanted).every(([k, v]) => String(value(r, k)) === String(v));
     const ours = oneD.filter((r) => providers.includes(r.provider) && matches(r, fixed));
 
