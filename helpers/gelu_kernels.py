@@ -107,7 +107,7 @@ def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block
 def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
     """y = GELU(x), as a library would do it: 16-byte packs when both pointers allow
     them, the scalar path otherwise; the tanh form computed as x * sigmoid(2u) by
-    default (tanhf's accuracy, a third of its instructions). Returns the variant that ran."""
+    default (near tanhf's accuracy, about half its instructions). Returns the variant that ran."""
     variant = variant_for(x.size, str(x.dtype), widest_pack(x, y), math, block_size)
     variant.launch(x, y)
     return variant

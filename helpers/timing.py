@@ -67,6 +67,16 @@ def _elapsed_ms(start, end) -> float:
     return check(elapsed(start, end), "cuEventElapsedTime")
 
 
+def _queue_round(cu, stream, runs, events, flush: bool):
+    """Queue one repetition of each run: flush L2, event, run, event (events 2k, 2k+1)."""
+    for k, run in enumerate(runs):
+        if flush:
+            flush_l2()
+        check(cu.cuEventRecord(events[2 * k], stream), "cuEventRecord")
+        run()
+        check(cu.cuEventRecord(events[2 * k + 1], stream), "cuEventRecord")
+
+
 def time_gpu(run, *, reps: int = None, warmup: int = 3, flush: bool = True,
              budget_ms: float = 400.0, min_reps: int = 10, max_reps: int = 200) -> Timing:
     """Time ``run()`` (which enqueues GPU work on the default stream).
@@ -94,39 +104,28 @@ def time_interleaved(runs, *, reps: int = None, warmup: int = 3, flush: bool = T
             run()
     check(cu.cuCtxSynchronize(), "warm-up (cuCtxSynchronize)")
     # One probe: the GPU time of a round, and the host time to queue one.
-    count = len(runs)
-    probe = _events(2 * count)
+    probe = _events(2 * len(runs))
     queued = time.perf_counter()
-    for k, run in enumerate(runs):
-        if flush:
-            flush_l2()
-        check(cu.cuEventRecord(probe[2 * k], stream), "cuEventRecord")
-        run()
-        check(cu.cuEventRecord(probe[2 * k + 1], stream), "cuEventRecord")
+    _queue_round(cu, stream, runs, probe, flush)
     host_ms = (time.perf_counter() - queued) * 1e3
     check(cu.cuEventSynchronize(probe[-1]), "cuEventSynchronize")
-    once = max(sum(_elapsed_ms(probe[2 * k], probe[2 * k + 1]) for k in range(count)), 1e-3)
+    once = max(sum(_elapsed_ms(probe[2 * k], probe[2 * k + 1]) for k in range(len(runs))), 1e-3)
     for e in probe:
         cu.cuEventDestroy(e)
     if reps is None:
         reps = int(np.clip(budget_ms / (once + (0.05 * len(runs) if flush else 0.0)), min_reps, max_reps))
-    events = _events(2 * reps * count)
+    rounds = [_events(2 * len(runs)) for _ in range(reps)]
     try:
         hold_gpu(min(2.0 * reps * host_ms + 0.5, 500.0))  # the host queues every repetition meanwhile
-        for r in range(reps):
-            for k, run in enumerate(runs):
-                if flush:
-                    flush_l2()
-                slot = 2 * (r * count + k)
-                check(cu.cuEventRecord(events[slot], stream), "cuEventRecord")
-                run()
-                check(cu.cuEventRecord(events[slot + 1], stream), "cuEventRecord")
-        check(cu.cuEventSynchronize(events[-1]), "waiting for the timed runs (cuEventSynchronize)")
-        times = np.array([[_elapsed_ms(events[2 * (r * count + k)], events[2 * (r * count + k) + 1])
-                           for r in range(reps)] for k in range(count)])
+        for events in rounds:
+            _queue_round(cu, stream, runs, events, flush)
+        check(cu.cuEventSynchronize(rounds[-1][-1]), "waiting for the timed runs (cuEventSynchronize)")
+        times = np.array([[_elapsed_ms(events[2 * k], events[2 * k + 1]) for events in rounds]
+                          for k in range(len(runs))])
     finally:
-        for e in events:
-            cu.cuEventDestroy(e)
+        for events in rounds:
+            for e in events:
+                cu.cuEventDestroy(e)
     timings = []
     for row in times:
         q1, median, q3 = np.percentile(row, [25, 50, 75])
