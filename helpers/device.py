@@ -328,7 +328,8 @@ class Kernel:
         self.max_threads_per_block = attr("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
         self.registers = attr("CU_FUNC_ATTRIBUTE_NUM_REGS")
         self.static_shared_bytes = attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES")
-        self._dynamic_shared_limit = STATIC_SHARED_LIMIT
+        # What a block may ask for without opting in: 48 KiB in all, static shared memory included.
+        self._dynamic_shared_limit = STATIC_SHARED_LIMIT - self.static_shared_bytes
         self._occupancy = {}
         self._non_portable_clusters = False
         self._cluster_configs = {}
@@ -422,7 +423,7 @@ class Kernel:
 
     def _allow_dynamic_shared(self, shared_bytes: int):
         if shared_bytes > self._dynamic_shared_limit:
-            # Above 48 KiB a kernel must opt in to dynamic shared memory.
+            # Above 48 KiB (static and dynamic together) a kernel must opt in to dynamic shared memory.
             cu = _driver()
             check(cu.cuFuncSetAttribute(
                 self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -45,6 +45,24 @@ def test_shared_memory_over_the_device_limit(fake_h200):
         fake_h200.validate(1, 128, shared_bytes=232448)  # plus 1 KiB of static shared memory
 
 
+def test_static_and_dynamic_shared_memory_together_decide_the_opt_in(fake_h200, monkeypatch):
+    # Without opting in, a block may have 48 KiB in all: with 1 KiB of static shared memory,
+    # 47 KiB of dynamic needs nothing and 48 KiB already needs the attribute raised (the
+    # occupancy calculator says 0 blocks otherwise).
+    from cuda.bindings import driver
+    raised = []
+    monkeypatch.setattr(driver, "cuFuncSetAttribute",
+                        lambda function, attribute, value: raised.append(value) or (driver.CUresult.CUDA_SUCCESS,))
+    fake_h200.function = None
+    fake_h200._dynamic_shared_limit = device.STATIC_SHARED_LIMIT - fake_h200.static_shared_bytes
+    fake_h200._allow_dynamic_shared(47 * 1024)
+    assert raised == []
+    fake_h200._allow_dynamic_shared(48 * 1024)
+    assert raised == [48 * 1024]
+    fake_h200._allow_dynamic_shared(40 * 1024)  # already allowed: no second call
+    assert raised == [48 * 1024]
+
+
 def test_a_kernel_limited_by_its_registers(fake_h200):
     fake_h200.max_threads_per_block, fake_h200.registers = 512, 128
     with pytest.raises(LaunchConfigError, match="at most 512.*128 registers"):

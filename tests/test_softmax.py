@@ -58,7 +58,7 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
 @pytest.mark.parametrize("path", ["block_cached", "block_uncached"])
 def test_block_paths_take_any_length(gpu, path):
     rng = np.random.default_rng()
-    for cols in (4, 1028, 4100, 65536):
+    for cols in (4, 1028, 4100, 12288, 65536):  # 12288 floats: 48 KiB of cache, over the limit with static memory
         for major in ((True, False) if path == "block_cached" else (True,)):
             v = SoftmaxVariant(path, "float32", 4, 256, pack_major_cache=major)
             host = rng.standard_normal((5, cols)).astype(np.float32)
