@@ -328,8 +328,7 @@ class Kernel:
         self.max_threads_per_block = attr("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
         self.registers = attr("CU_FUNC_ATTRIBUTE_NUM_REGS")
         self.static_shared_bytes = attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES")
-        # What a block may ask for without opting in: 48 KiB in all, static shared memory included.
-        self._dynamic_shared_limit = STATIC_SHARED_LIMIT - self.static_shared_bytes
+        self._dynamic_shared_opted_in = 0  # bytes of dynamic shared memory opted in to so far
         self._occupancy = {}
         self._non_portable_clusters = False
         self._cluster_configs = {}
@@ -422,13 +421,14 @@ class Kernel:
         return self._occupancy[key]
 
     def _allow_dynamic_shared(self, shared_bytes: int):
-        if shared_bytes > self._dynamic_shared_limit:
-            # Above 48 KiB (static and dynamic together) a kernel must opt in to dynamic shared memory.
+        # Without opting in, a block may have 48 KiB of shared memory in all, static included.
+        allowed = max(self._dynamic_shared_opted_in, STATIC_SHARED_LIMIT - self.static_shared_bytes)
+        if shared_bytes > allowed:
             cu = _driver()
             check(cu.cuFuncSetAttribute(
                 self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 shared_bytes), f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes")
-            self._dynamic_shared_limit = shared_bytes
+            self._dynamic_shared_opted_in = shared_bytes
 
     def max_active_blocks_per_sm(self, block_threads: int, shared_bytes: int = 0) -> int:
         """Resident blocks per SM, from the driver's occupancy calculator (after the

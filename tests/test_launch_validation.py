@@ -53,8 +53,7 @@ def test_static_and_dynamic_shared_memory_together_decide_the_opt_in(fake_h200, 
     raised = []
     monkeypatch.setattr(driver, "cuFuncSetAttribute",
                         lambda function, attribute, value: raised.append(value) or (driver.CUresult.CUDA_SUCCESS,))
-    fake_h200.function = None
-    fake_h200._dynamic_shared_limit = device.STATIC_SHARED_LIMIT - fake_h200.static_shared_bytes
+    fake_h200.function, fake_h200._dynamic_shared_opted_in = None, 0  # as a freshly loaded kernel
     fake_h200._allow_dynamic_shared(47 * 1024)
     assert raised == []
     fake_h200._allow_dynamic_shared(48 * 1024)
