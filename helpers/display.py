@@ -94,7 +94,11 @@ def kernel_source(file: str, name: str) -> str:
     if not starts:
         raise KeyError(f"no kernel {name!r} in {file}")
     first = last = starts[0]
-    while first > 0 and lines[first - 1].strip() and not lines[first - 1].strip().startswith("}"):
+    def ends_a_definition(line: str) -> bool:  # "}" or a one-line "{ ... }" / declaration
+        line = line.strip()
+        return not line.startswith("//") and (line.startswith("}") or line.endswith(("}", ";")))
+
+    while first > 0 and lines[first - 1].strip() and not ends_a_definition(lines[first - 1]):
         first -= 1  # up through the template line and the comment above it
     depth, opened = 0, False
     for last in range(starts[0], len(lines)):

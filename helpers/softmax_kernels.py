@@ -29,6 +29,7 @@ SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "ker
 PATHS = ("naive", "ft_style", "warp", "block_cached", "block_uncached", "cluster")
 MAX_COLS_PER_THREAD = 32  # warp path: floats per thread for the row; beyond this it spills
 ROW_BYTES_PER_THREAD = 128  # cluster path: bytes of the row per thread, in 32 registers
+SHARED_BYTES_PER_THREAD = 128  # cluster path: bytes per thread it may keep in shared memory besides
 CLUSTER_SIZES = (1, 2, 4, 8, 16)  # blocks per row on the cluster path (16: Hopper's non-portable maximum)
 NAIVE_BLOCK = 256
 
@@ -49,6 +50,7 @@ class SoftmaxVariant:
     rows_per_group: int = 1  # warp path: rows each group handles at once
     pack_major_cache: bool = True  # block_cached: the bank-conflict-free [pack][num_packs] layout
     cluster_size: int = 1  # cluster path: blocks per row (1: a block per row, the row in registers)
+    shared_cols_per_thread: int = 0  # cluster path: row values each thread keeps in shared memory as well
     online: bool = False  # block_uncached: max and sum in one pass over the row (two reads, not three)
     rows_per_block: int = 1  # ft_style: rows a block walks (FasterTransformer: 1, or a head's rows)
     log: bool = False  # log-softmax instead of softmax
@@ -73,6 +75,13 @@ class SoftmaxVariant:
                 raise InputError(f"rows_per_group must be 1, 2 or 4, got {self.rows_per_group}")
         if self.path == "cluster" and self.cluster_size not in CLUSTER_SIZES:
             raise InputError(f"cluster_size must be one of {CLUSTER_SIZES}, got {self.cluster_size}")
+        if self.shared_cols_per_thread:
+            most = SHARED_BYTES_PER_THREAD // np_dtype(self.dtype).itemsize
+            if self.path != "cluster":
+                raise InputError(f"shared_cols_per_thread is a knob of the cluster path, not of {self.path}")
+            if self.shared_cols_per_thread % self.pack_size or not 0 < self.shared_cols_per_thread <= most:
+                raise InputError(f"shared_cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
+                                 f"{most}, got {self.shared_cols_per_thread}")
         if self.path in ("naive", "ft_style") and self.pack_size != 1:
             raise InputError(f"the {self.path} kernels load one element at a time: pack_size must be 1")
         if self.path == "ft_style" and self.rows_per_block < 1:
@@ -110,7 +119,8 @@ class SoftmaxVariant:
         if self.path == "block_cached":
             return [f"softmax_block_cached<{t}, {p}, {b}, {str(self.pack_major_cache).lower()}>"]
         if self.path == "cluster":
-            return [f"softmax_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {log}>"]
+            shared = f", {self.shared_cols_per_thread // p}" if self.shared_cols_per_thread else ""
+            return [f"softmax_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {log}{shared}>"]
         return [f"softmax_block_uncached<{t}, {p}, {b}, {str(self.online).lower()}, {log}>"]
 
     @property
@@ -126,6 +136,8 @@ class SoftmaxVariant:
             config.update(group_width=self.group_width, rows_per_group=self.rows_per_group)
         if self.path == "cluster":
             config["cluster_size"] = self.cluster_size
+            if self.shared_cols_per_thread:
+                config["shared_cols_per_thread"] = self.shared_cols_per_thread
         if self.path == "block_cached":
             config["pack_major_cache"] = self.pack_major_cache
         if self.path == "block_uncached":
@@ -144,13 +156,17 @@ class SoftmaxVariant:
         if self.path == "warp":
             return self.cols_per_thread * self.group_width
         if self.path == "cluster":
-            return self.cols_per_thread * self.block_size * self.cluster_size
+            return (self.cols_per_thread + self.shared_cols_per_thread) * self.block_size * self.cluster_size
         if self.path == "ft_style":
             return self.block_size
         return None
 
     def shared_bytes(self, cols: int) -> int:
-        return 4 * cols if self.path == "block_cached" else 0
+        """Dynamic shared memory per block: the cached block's row (as float), or the
+        cluster path's shared part of each thread's slice (in the storage type)."""
+        if self.path == "block_cached":
+            return 4 * cols
+        return self.shared_cols_per_thread * self.block_size * np_dtype(self.dtype).itemsize
 
     def traffic(self, rows: int, cols: int) -> int:
         """Bytes this variant moves through HBM when nothing is found in L2: the naive
@@ -219,33 +235,46 @@ def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None)
     return SoftmaxVariant("ft_style", dtype, 1, max(32, -(-cols // 32) * 32), rows_per_block=per_head_rows or 1)
 
 
-# The cluster path's shapes, shortest rows first: (block, values per thread, blocks per
-# row), per item size. Tuned on the H200 (2026-11-21; book/softmax.ipynb shows the
-# sweep): the row takes up to 128 bytes per thread (32 registers, any dtype), the block
-# grows before the cluster does (a cluster's barrier costs more than a block's), and
-# 16-bit rows past 65536 values do best in clusters of 256-thread blocks (4 per SM).
+# The cluster path's shapes, shortest rows first: (block, values per thread in
+# registers, blocks per row, values per thread in shared memory), per register
+# bytes per value (see variant_for). Tuned on the H200 (2026-11-22; book/softmax.ipynb
+# shows the sweep): the row takes up to 128 bytes per thread in registers (32 of
+# them) and, for the longest rows (fp32 from 65536 values, fp16 from 32768), as many
+# again in shared memory, which halves the blocks a row needs. The block grows to
+# 1024 threads before a cluster forms (a cluster's barrier costs more than a
+# block's); once it has, 512-thread blocks in twice the cluster beat 1024-thread
+# ones (fp32 131072: 3640 against 3501 GB/s; fp16 131072: 3379 against 3280).
+# 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
+# per SM, so more bytes in flight than 128-thread blocks of 16 values).
 # For each row length the first shape that holds it is used.
 CLUSTER_SHAPES = {
-    4: ((128, 16, 1), (128, 32, 1), (256, 32, 1), (512, 32, 1), (1024, 32, 1), (1024, 32, 2), (1024, 32, 4),
-        (1024, 32, 8), (1024, 32, 16)),
-    2: ((128, 16, 1), (128, 32, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 8),
-        (256, 64, 16), (1024, 64, 8), (1024, 64, 16)),
+    4: ((64, 32, 1, 0), (128, 32, 1, 0), (256, 32, 1, 0), (512, 32, 1, 0), (1024, 32, 1, 0), (512, 32, 2, 32),
+        (512, 32, 4, 32), (512, 32, 8, 32), (1024, 32, 8, 32)),
+    2: ((32, 64, 1, 0), (64, 64, 1, 0), (128, 64, 1, 0), (256, 64, 1, 0), (256, 64, 1, 64), (512, 64, 1, 64),
+        (512, 64, 2, 64), (512, 64, 4, 64), (512, 64, 8, 64), (1024, 64, 8, 64)),
 }
 
 
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, each lane holding at least 8 values (and a whole pack), the group just
-    wide enough for the row. Longer rows, up to 2^19 values: the row in the registers of
-    a block, or of a cluster of blocks: the first of CLUSTER_SHAPES that holds it.
-    Longer still: the uncached block, online (two reads of the row)."""
+    wide enough for the row. Longer rows, up to 2^19 values (fp32, bf16, odd lengths) or
+    2^20 (fp16): the row on chip in a block, or in a cluster of blocks: the first of CLUSTER_SHAPES
+    that holds it. Longer still: the uncached block, online (two reads of the row)."""
     if cols <= 1024:
         per_thread = max(pack, 8, power_of_two_at_least(-(-cols // 32)))
         group = min(32, power_of_two_at_least(-(-cols // per_thread)))
         return SoftmaxVariant("warp", dtype, pack, 128, per_thread, group, 1, log=log)
-    for block, per_thread, cluster in CLUSTER_SHAPES[np_dtype(dtype).itemsize]:
-        if block * per_thread * cluster >= cols and per_thread >= pack:
-            return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster, log=log)
+    # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
+    # takes a whole register, as a float does; so does bf16, which the compiler unpacks
+    # into a register per value (PRMT: 64 bf16 values a thread need 94 registers and
+    # spill in 1024-thread blocks; fp16, 59). Measured: 3047 against 2774 GB/s at
+    # 2048 x 65536, though 3259 against 3493 at 8192 x 16384.
+    register_bytes = 4 if pack == 1 or dtype == "bfloat16" else np_dtype(dtype).itemsize
+    for block, per_thread, cluster, shared in CLUSTER_SHAPES[register_bytes]:
+        if block * (per_thread + shared) * cluster >= cols and per_thread >= pack:
+            return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,
+                                  shared_cols_per_thread=shared, log=log)
     return SoftmaxVariant("block_uncached", dtype, pack, 1024, online=True, log=log)
 
 

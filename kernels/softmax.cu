@@ -238,11 +238,44 @@ softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long row
     }
 }
 
-// A row split across a cluster of ClusterSize blocks, held in registers: block
-// `rank` of the cluster keeps columns [rank * slice, (rank + 1) * slice), slice =
-// BlockSize * ColsPerThread, each thread ColsPerThread of them as packs (pack p of
-// a thread at (p * BlockSize + thread) * PackSize, so a warp's loads are
-// contiguous). ClusterSize 1 is a block per row with the row in registers.
+// Copies packs Q..Count-1 of a thread from global to shared memory without passing
+// through registers (cp.async, sm_80+): pack q sits q * Stride bytes past the thread's
+// first pack on both sides, and is copied when q < in_range. Each copy is in flight
+// until cp_async_wait_all(); the thread that issued it may then read it, with no
+// barrier when no other thread does. One base register per side and the offsets as
+// immediates: a pointer per pack would cost two registers each, enough to spill.
+// cp.async moves 4, 8 or 16 bytes; a 2-byte pack (a 16-bit row of odd length) goes
+// through a register instead.
+template <int Q, int Count, int Stride, typename P>
+__device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_first, int in_range) {
+    if constexpr (Q < Count) {
+        constexpr int kOffset = Q * Stride;
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_first));
+        if (Q < in_range) {
+            if constexpr (sizeof(P) == 16)  // .cg: caches in L2 only; the row is read once
+                asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(dst), "l"(global_first), "n"(kOffset)
+                             : "memory");
+            else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
+                asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%2], %3;" ::"r"(dst), "l"(global_first), "n"(kOffset),
+                             "n"(sizeof(P)) : "memory");
+            else
+                shared_first[kOffset / sizeof(P)] = global_first[kOffset / sizeof(P)];
+        }
+        cp_async_packs<Q + 1, Count, Stride>(shared_first, global_first, in_range);
+    }
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// A row split across a cluster of ClusterSize blocks, held on chip: block `rank`
+// of the cluster keeps columns [rank * slice, (rank + 1) * slice), each thread
+// ColsPerThread of them in registers as packs (pack p of a thread at
+// (p * BlockSize + thread) * PackSize, so a warp's loads are contiguous) and, with
+// SharedPacks > 0, SharedPacks more packs in shared memory, after the register
+// part. Registers hold at most 128 bytes of the row per thread (beyond that they
+// spill); shared memory doubles what one SM holds, so a row needs half the blocks,
+// and a cluster half the size (or none). Those packs arrive by cp.async, without
+// registers, and each thread reads back only its own slots: no barrier.
+// ClusterSize 1 is a block per row.
 // The packs stay in the storage type: an fp16 row takes half the registers of a
 // float one, so twice the bytes can be in flight per SM; the price is a second
 // exp per element at the end, which the special-function unit has time for.
@@ -251,57 +284,74 @@ softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long row
 // of MaxSum states: warp shuffles, one block barrier, then, for a cluster, one
 // exchange through distributed shared memory between two cluster barriers.
 // Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x
-// (consecutive blocks form a cluster).
-template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false>
+// (consecutive blocks form a cluster); SharedPacks * BlockSize packs of dynamic
+// shared memory.
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
+          int SharedPacks = 0>
 __global__ void __launch_bounds__(BlockSize)
 softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
     static_assert(ColsPerThread % PackSize == 0, "whole packs");
     static_assert(ClusterSize >= 1 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "1 to 16 blocks");
     constexpr int kPacks = ColsPerThread / PackSize;
-    constexpr long long kSlice = static_cast<long long>(BlockSize) * ColsPerThread;
+    constexpr long long kSlice = static_cast<long long>(BlockSize) * (ColsPerThread + SharedPacks * PackSize);
     using P = Pack<T, PackSize>;
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    P* shared_packs = reinterpret_cast<P*>(shared_bytes);  // [SharedPacks][BlockSize]
     const float minus_inf = -__int_as_float(0x7f800000);
     const long long row = blockIdx.x / ClusterSize;
     const long long first_col = (blockIdx.x % ClusterSize) * kSlice;
     const long long slice_cols = min(kSlice, cols - first_col);  // <= 0: a block past the row's end
-    const T* in = x + row * cols + first_col;
+    // Pack i of this thread is mine[i * BlockSize] (column (i * BlockSize + thread) * PackSize
+    // of the slice, so a warp's accesses are contiguous): one base pointer per side and
+    // constant offsets, and one count for the bounds, so no per-pack address or
+    // column index has to stay live across the reductions.
+    const P* mine = reinterpret_cast<const P*>(x + row * cols + first_col) + threadIdx.x;
+    P* my_out = reinterpret_cast<P*>(y + row * cols + first_col) + threadIdx.x;
+    constexpr int kStride = BlockSize * PackSize;  // columns between a thread's packs
+    const int my_packs = static_cast<int>(  // packs of this thread inside the slice
+        min(static_cast<long long>(kPacks + SharedPacks), max(0LL, (slice_cols - threadIdx.x * PackSize + kStride - 1) / kStride)));
+    // The shared-memory part first: it needs no registers.
+    cp_async_packs<0, SharedPacks, BlockSize * static_cast<int>(sizeof(P))>(
+        &shared_packs[threadIdx.x], mine + kPacks * BlockSize, my_packs - kPacks);
     P packs[kPacks];
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {  // every load first
-        const int col = (p * BlockSize + threadIdx.x) * PackSize;
-        if (col < slice_cols) packs[p] = *reinterpret_cast<const P*>(in + col);
-    }
+    for (int p = 0; p < kPacks; ++p)  // every load first
+        packs[p] = p < my_packs ? mine[p * BlockSize] : P{};
+    if constexpr (SharedPacks > 0) cp_async_wait_all();
+    // Pack i of this thread: in registers (i < kPacks) or in shared memory.
+    auto pack_at = [&](int i) -> P { return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x]; };
     float thread_max = minus_inf;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        if ((p * BlockSize + threadIdx.x) * PackSize < slice_cols) {
+    for (int i = 0; i < kPacks + SharedPacks; ++i) {
+        if (i < my_packs) {
+            const P pack = pack_at(i);
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(packs[p].values[k]));
+            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(pack.values[k]));
         }
     }
     const float shift = thread_max == minus_inf ? 0.0f : thread_max;  // -inf entries give exp(-inf) = 0
     float thread_sum = 0.0f;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        if ((p * BlockSize + threadIdx.x) * PackSize < slice_cols) {
+    for (int i = 0; i < kPacks + SharedPacks; ++i) {
+        if (i < my_packs) {
+            const P pack = pack_at(i);
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(packs[p].values[k]) - shift);
+            for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(pack.values[k]) - shift);
         }
     }
     MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
     if constexpr (ClusterSize > 1) row_state = cluster_merge<MaxSum, ClusterSize>(row_state);
     // A fully masked row (max -inf) gives exp(-inf - -inf) = NaN, as in PyTorch.
     const float norm = row_norm<Log>(row_state.sum);
-    T* out = y + row * cols + first_col;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        const int col = (p * BlockSize + threadIdx.x) * PackSize;
-        if (col < slice_cols) {
+    for (int i = 0; i < kPacks + SharedPacks; ++i) {
+        if (i < my_packs) {
+            const P values = pack_at(i);
             P pack;
 #pragma unroll
             for (int k = 0; k < PackSize; ++k)
-                pack.values[k] = narrow<T>(finish<Log>(widen(packs[p].values[k]), row_state.max, norm));
-            store_pack(reinterpret_cast<P*>(out + col), pack);
+                pack.values[k] = narrow<T>(finish<Log>(widen(values.values[k]), row_state.max, norm));
+            store_pack(&my_out[i * BlockSize], pack);
         }
     }
     if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state

@@ -16,6 +16,14 @@ def test_kernel_source_takes_the_comment_template_and_body():
         kernel_source("copy.cu", "no_such_kernel")
 
 
+def test_kernel_source_stops_at_a_one_line_definition_above():
+    # finish() follows row_norm(), a one-line "{ ... }" with no blank line between them:
+    # finish's text starts at its own template line, and row_norm's keeps its comment.
+    finish = kernel_source("softmax.cu", "finish")
+    assert finish.startswith("template <bool Log>") and "row_norm" not in finish
+    assert kernel_source("softmax.cu", "row_norm").startswith("// The output rule")
+
+
 def test_size_labels():
     assert [size_label(s) for s in (512, 1 << 20, 3 << 29)] == ["512 B", "1 MiB", "1.5 GiB"]
 

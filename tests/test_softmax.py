@@ -26,7 +26,12 @@ def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
                                               (dict(pack_size=8), "at most 16 bytes"),
                                               (dict(cols_per_thread=6), "multiple of pack_size"),
                                               (dict(group_width=3), "group_width"),
-                                              (dict(block_size=100), "multiple of 32")])
+                                              (dict(block_size=100), "multiple of 32"),
+                                              (dict(shared_cols_per_thread=4), "knob of the cluster path"),
+                                              (dict(path="cluster", cols_per_thread=32, shared_cols_per_thread=6),
+                                               "multiple of pack_size"),
+                                              (dict(path="cluster", cols_per_thread=32, shared_cols_per_thread=64),
+                                               "up to 32")])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         SoftmaxVariant(**kwargs)
@@ -119,6 +124,53 @@ def test_the_register_paths_keep_their_rows_out_of_local_memory_and_store_whole_
             assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2
 
 
+def test_the_shared_part_of_a_slice_arrives_by_cp_async_without_registers():
+    for v in [SoftmaxVariant("cluster", "float32", 4, 512, 32, cluster_size=8, shared_cols_per_thread=32),
+              SoftmaxVariant("cluster", "float16", 8, 512, 64, shared_cols_per_thread=64)]:
+        compiled = v.compiled(arch="sm_90")
+        ops = helpers.opcodes(compiled.sass(v.name_expression))
+        register_packs, shared_packs = v.cols_per_thread // v.pack_size, v.shared_cols_per_thread // v.pack_size
+        loads = sum(n for op, n in ops.items() if op in ("LDG.E.128", "LDG.E.128.CONSTANT"))
+        assert loads == register_packs and ops["LDGSTS.E.BYPASS.128"] == shared_packs, (v, ops)
+        assert ops["STG.E.128"] == register_packs + shared_packs, (v, ops)
+        # The row stays out of local memory: at most a scalar or two spilled (NVRTC 13.0 spills 4
+        # bytes of the fp16 kernel, 13.5 none).
+        assert compiled.resources(v.name_expression).spill_store_bytes <= 8, v
+        assert v.shared_bytes(v.max_cols()) == shared_packs * 16 * v.block_size
+        assert v.max_cols() == (v.cols_per_thread + v.shared_cols_per_thread) * v.block_size * v.cluster_size
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_no_kernel_the_dispatcher_picks_spills(log):
+    """Every on-chip shape of CLUSTER_SHAPES, softmax and log-softmax, each dtype at its widest
+    pack and at pack 1 (rows of odd length), compiled as the dispatcher would launch it. A
+    spill would put the row through local memory, which is what the path exists to avoid.
+    (Log-softmax once spilled 136 bytes here: a column index per pack, kept for the stores.)"""
+    for dtype, widest in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
+        for cols in (2048, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576):
+            for pack in (widest, 1):
+                v = variant_for(64, cols + (pack == 1), dtype, pack, log=log)
+                if v.path != "cluster":
+                    continue
+                spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
+                # pack 1: lone values, 32 registers of them, in 1024-thread blocks (64 registers
+                # each): a scalar or a few may spill, never the row.
+                assert spilled <= (0 if pack > 1 else 32), (v, spilled)
+
+
+def test_the_dispatcher_holds_the_longest_rows_on_chip(gpu):
+    """The largest shapes of CLUSTER_SHAPES (clusters of 1024-thread blocks, each with
+    shared memory as well) must be placeable on this GPU, not only compile."""
+    rng = np.random.default_rng()
+    for dtype, cols in (("float32", 65536), ("float32", 524288), ("float16", 131072), ("float16", 1048576)):
+        host = (rng.standard_normal((2, cols)) * 3).astype(np_dtype(dtype))
+        x, y = DeviceArray.from_numpy(host), DeviceArray((2, cols), dtype)
+        y.poison()
+        variant = softmax(x, y)
+        assert variant.path == "cluster" and variant.shared_cols_per_thread > 0, variant
+        _check(host, y, dtype)
+
+
 def test_the_ladder_kernels_compile_as_described():
     naive = SoftmaxVariant("naive", "float32", 1, 256)
     assert len(naive.name_expressions) == 3 and naive.traffic(10, 100) == 4 * 4000 + 160
@@ -135,6 +187,11 @@ def test_the_ladder_kernels_compile_as_described():
 
 LONG_VARIANTS = [SoftmaxVariant("cluster", "float32", 4, 128, 8, cluster_size=c, log=log)
                  for c in (1, 2, 4, 8, 16) for log in (False, True)]
+# The shared-memory part of a slice: 16-, 8-, 4-byte cp.async, and 2-byte packs through a register.
+LONG_VARIANTS += [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=s, log=log)
+                  for d, p, s, c, log in (("float32", 4, 8, 1, False), ("float32", 4, 4, 4, True),
+                                          ("float32", 2, 4, 16, False), ("float16", 2, 8, 2, True),
+                                          ("float16", 1, 4, 2, False), ("bfloat16", 8, 16, 8, False))]
 LONG_VARIANTS += [SoftmaxVariant("block_uncached", d, 2, 256, online=o, log=log)
                   for d in ("float32", "bfloat16") for o in (False, True) for log in (False, True)]
 LONG_VARIANTS += [SoftmaxVariant("naive", "float16", 1, 256), SoftmaxVariant("ft_style", "float32", 1, 1024, rows_per_block=3)]
