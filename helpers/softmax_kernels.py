@@ -415,7 +415,12 @@ def sanitizer_cases():
     cases += [case(v, shape) for v in block_variants for shape in ((1, 4), (3, 1028), (2, 4100))]
     cluster_variants = [SoftmaxVariant("cluster", d, 4, 128, 8, cluster_size=c, log=log)
                         for d in ("float32", "float16") for c in (1, 2, 16) for log in (False, True)]
-    cases += [case(v, shape) for v in cluster_variants for shape in ((1, 4), (3, v.max_cols() - 4), (2, v.max_cols()))]
+    # With a shared part: cp.async of 16, 8 and 4 bytes and the 2-byte copy, slices cut inside it.
+    cluster_variants += [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=2 * p, log=log)
+                         for d, p in (("float32", 4), ("float16", 4), ("float16", 2), ("float16", 1))
+                         for c in (1, 2) for log in (False, True)]
+    cases += [case(v, shape) for v in cluster_variants
+              for shape in ((1, v.pack_size), (3, v.max_cols() - 4 * v.pack_size), (2, v.max_cols()))]
     online = [SoftmaxVariant("block_uncached", "float32", 4, 256, online=True, log=log) for log in (False, True)]
     cases += [case(v, shape) for v in online for shape in ((1, 4), (3, 1028), (2, 4100))]
     cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
