@@ -240,7 +240,7 @@ def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None)
 # bytes per value (see variant_for). Tuned on the H200 (2026-11-22; book/softmax.ipynb
 # shows the sweep): the row takes up to 128 bytes per thread in registers (32 of
 # them) and, for the longest rows (fp32 from 65536 values, fp16 from 32768), as many
-# again in shared memory, which halves the blocks a row needs. The block grows to
+# again in shared memory, which halves the threads a row needs. The block grows to
 # 1024 threads before a cluster forms (a cluster's barrier costs more than a
 # block's); once it has, 512-thread blocks in twice the cluster beat 1024-thread
 # ones (fp32 131072: 3640 against 3501 GB/s; fp16 131072: 3379 against 3280).
