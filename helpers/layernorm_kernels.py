@@ -198,24 +198,28 @@ def _pointer(array: DeviceArray | None):
 # beyond, 16-bit rows with 128 bytes per thread throughout; the block is as small
 # as that allows (more, smaller blocks per SM keep more rows in flight), and the
 # longest rows go to clusters. For each row length the first shape that holds it.
+# fp32 rows of 513 to 1024 values take two warps (64, 16) rather than one lane group
+# of 32 values a lane: 4188 against 4105 GB/s at 131072 x 1024 (H200, 2026-11-22).
 CLUSTER_SHAPES = {
-    4: ((128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8), (512, 32, 8),
-        (1024, 32, 8), (1024, 32, 16)),
+    4: ((64, 16, 1), (128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8),
+        (512, 32, 8), (1024, 32, 8), (1024, 32, 16)),
     2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 16),
         (1024, 64, 8), (1024, 64, 16)),
 }
 WARP_BLOCK = 64  # the lane-group path's block: two warps (the sweep's best, 64 to 256 within 1%)
+WARP_ROW_BYTES = 2048  # the lane-group path takes rows up to this size: 512 floats, 1024 16-bit values
 
 
 def variant_for(cols: int, dtype: str, pack: int) -> LayerNormVariant:
-    """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
-    registers, each lane holding at least 64 bytes (and a whole pack), the group just
-    wide enough for the row; fp32 rows of 512 and more load weight and bias with the
-    row. Longer rows: the row in the registers of a block, or of a cluster of blocks:
-    the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values): the
-    fused block per row with Welford states, which re-reads the row."""
+    """The dispatcher's rule. Rows up to 2 KiB (512 floats, 1024 16-bit values): a lane
+    group per row, the row in registers, each lane holding at least 64 bytes (and a
+    whole pack), the group just wide enough for the row; fp32 rows of 512 load weight
+    and bias with the row. Longer rows: the row in the registers of a block, or of a
+    cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
+    values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
+    re-reads the row."""
     itemsize = np_dtype(dtype).itemsize
-    if cols <= 1024:
+    if cols * itemsize <= WARP_ROW_BYTES:
         per_thread = max(pack, 64 // itemsize, power_of_two_at_least(-(-cols // 32)))
         group = min(32, power_of_two_at_least(-(-cols // per_thread)))
         return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
@@ -373,6 +377,8 @@ def sanitizer_cases():
              for g in (2, 32) for s, c in ((1, 4), (7, 12), (33, 8 * g)) for st in (False, True)]
     cases += [case(LayerNormVariant("cluster", d, 4, 128, 8, cluster_size=k), shape, True)
               for d in ("float32", "float16") for k in (1, 2, 16) for shape in ((1, 4), (3, 1024 * k - 4), (2, 1024 * k))]
+    cases += [case(LayerNormVariant("cluster", "float32", 4, 128, 32), shape, True)  # weight, bias 2 packs a time
+              for shape in ((1, 4), (3, 4092), (2, 4096), (5, 2068))]
     cases += [case(LayerNormVariant("block_fused", d, 4, 256, statistics=s), shape, True)
               for d in ("float32", "float16") for s in STATISTICS for shape in ((1, 4), (3, 1028), (2, 4100))]
     cases += [case(LayerNormVariant("unfused", d, 1, 256), (5, 77), True) for d in ("float32", "bfloat16")]

@@ -174,10 +174,11 @@ __device__ __forceinline__ MeanM2 thread_mean_m2(const Pack<T, kPack> (&packs)[k
 
 // Weight and bias: the same cols values for every row, so after the first rows
 // they come from L1 and L2. Late (the default): each pack is loaded where its
-// output is written, after the reduction. Early: all are loaded with the row,
-// so their latency overlaps the row's, at the price of three times the
-// registers for the row's data (on the H200, that pays for fp32 rows of 512 and
-// 1024 in a lane group, +1-3%, and costs everywhere else: fewer rows in flight).
+// output is written, after the reduction (or a chunk of packs at a time: below).
+// Early: all are loaded with the row, so their latency overlaps the row's, at the
+// price of three times the registers for the row's data (on the H200, that pays
+// for fp32 rows of 512 in a lane group, +1-3%, and costs everywhere else: fewer
+// rows in flight).
 template <bool Early, int Stride, typename P, int kPacks>
 struct Affine {
     P weight[Early ? kPacks : 1], bias[Early ? kPacks : 1];
@@ -191,19 +192,45 @@ struct Affine {
     }
 };
 
-template <int Stride, bool Early, typename P, int kPacks>
+// Late weight and bias can be loaded Chunk packs at a time, a chunk's loads issued
+// together before its stores. A store is a barrier to the compiler (store_pack is
+// volatile asm), so one pack at a time makes a thread wait for L2 once per pack
+// with nothing else of its own in flight. That wait shows where a block holds a
+// whole SM: 1024 threads of 32 floats each (2048 x 32768 fp32 on the H200,
+// 2026-11-22: 3270 GB/s one pack a time, 3415 two). Elsewhere the registers of a
+// chunk cost more rows in flight than the wait (8192 x 8192 fp32: -5%; fp16:
+// -3 to -30%), so the kernels ask for it only there (kAffineChunk).
+template <typename T, int PackSize, int ColsPerThread, bool Early>
+constexpr int kAffineChunk = !Early && sizeof(T) == 4 && PackSize == 4 && ColsPerThread == 32 ? 2 : 1;
+
+template <int Chunk, int Stride, bool Early, typename P, int kPacks>
 __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, const Affine<Early, Stride, P, kPacks>& affine,
                                             int lane, long long slice_packs, float mean, float rstd, float shift) {
+    static_assert(kPacks % Chunk == 0 && (Chunk == 1 || !Early), "whole chunks, of late weight and bias");
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        const long long at = p * Stride + lane;
-        if (at < slice_packs) {
-            if constexpr (Early) {
-                store_pack(out + at, normalized(packs[p], affine.weight[p], affine.bias[p], mean, rstd, shift));
-            } else {
-                // Copies: passed by reference, they were loaded value by value.
-                const P w = affine.weight_at[at], b = affine.bias_at[at];
-                store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
+    for (int c = 0; c < kPacks; c += Chunk) {
+        P chunk_weight[Chunk], chunk_bias[Chunk];
+        if constexpr (Chunk > 1) {
+#pragma unroll
+            for (int j = 0; j < Chunk; ++j) {
+                const long long at = (c + j) * Stride + lane;
+                if (at < slice_packs) chunk_weight[j] = affine.weight_at[at], chunk_bias[j] = affine.bias_at[at];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < Chunk; ++j) {
+            const int p = c + j;
+            const long long at = p * Stride + lane;
+            if (at < slice_packs) {
+                if constexpr (Early) {
+                    store_pack(out + at, normalized(packs[p], affine.weight[p], affine.bias[p], mean, rstd, shift));
+                } else if constexpr (Chunk > 1) {
+                    store_pack(out + at, normalized(packs[p], chunk_weight[j], chunk_bias[j], mean, rstd, shift));
+                } else {
+                    // Copies: passed by reference, they were loaded value by value.
+                    const P w = affine.weight_at[at], b = affine.bias_at[at];
+                    store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
+                }
             }
         }
     }
@@ -233,7 +260,8 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     if (row >= rows) return;  // ...but shuffles with the others first
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (lane == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    store_slice<GroupWidth>(packs, reinterpret_cast<P*>(y + row * cols), affine, lane, row_packs, state.mean_, rstd, shift);
+    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, GroupWidth>(
+        packs, reinterpret_cast<P*>(y + row * cols), affine, lane, row_packs, state.mean_, rstd, shift);
 }
 
 // Step 4, long rows: the row in the registers of a block, or of a cluster of
@@ -264,8 +292,8 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if constexpr (ClusterSize > 1) state = cluster_merge<MeanM2, ClusterSize>(state);
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    store_slice<BlockSize>(packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd,
-                           shift);
+    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, BlockSize>(
+        packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
     if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }
 
