@@ -16,7 +16,16 @@
 // (about 2^-21 for the arguments here, all <= 0) is below fp32's rounding of the
 // sum it feeds; the accurate expf costs a dozen more instructions per element,
 // which an fp16 row arrives too fast to pay for (chapter 2's lesson).
-__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+// The .ftz form: __expf's ex2.approx.f32 keeps results below 2^-126 as denormals,
+// at three more instructions per exp (FSETP and two FMUL around the MUFU, in SASS).
+// Here such a result is exp(x - max) < 1e-38, and flushing it to 0 changes no output
+// by more than that. On the H200 (2026-11-22) this alone took fp16 rows of 262144
+// from 3,100 to 3,590 GB/s, with the SM's instructions, not HBM, the limit there.
+__device__ __forceinline__ float fast_exp(float x) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 1.4426950408889634f));
+    return e;
+}
 
 // Block-wide reduction whose result every thread receives (block_reduce leaves
 // it in warp 0 only): one shared word, written by thread 0, read after a barrier.
@@ -277,8 +286,15 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // registers, and each thread reads back only its own slots: no barrier.
 // ClusterSize 1 is a block per row.
 // The packs stay in the storage type: an fp16 row takes half the registers of a
-// float one, so twice the bytes can be in flight per SM; the price is a second
-// exp per element at the end, which the special-function unit has time for.
+// float one, so twice the bytes can be in flight per SM. For 16-bit rows (not
+// log-softmax) each value is then replaced by exp(x - thread max), rounded to the
+// storage type, as the sum is taken, and the end is one multiply per value:
+// y = e * exp(thread max - row max) / sum (one more rounding: under 1e-3 in fp16,
+// 8e-3 in bf16, the tests' bounds). Recomputing exp at the end, as fp32 rows still
+// do, left the SM computing between its loads and its stores while it holds the
+// only block: fp16 512 x 262144 went 3,590 -> 3,650 GB/s, bf16 2,910 -> 3,090 (H200,
+// 2026-11-22). For fp32 rows in clusters the same change measured 4% slower (65536:
+// 3,885 -> 3,735), cause not found, so they keep the second exp.
 // Every load of a thread is issued before any is used (up to 128 bytes in flight
 // per thread), the row crosses HBM once, and max and sum come from ONE reduction
 // of MaxSum states: warp shuffles, one block barrier, then, for a cluster, one
@@ -286,9 +302,17 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x
 // (consecutive blocks form a cluster); SharedPacks * BlockSize packs of dynamic
 // shared memory.
+// Lone floats (pack 1: rows of odd length) in 512-thread blocks with a shared part:
+// with the .ftz exp the compiler keeps more exps in flight and took 80 registers,
+// one block per SM instead of two (H200, 2026-11-22: 1024 x 65537 fp32 fell from
+// 2,060 to 1,570 GB/s); asking for two blocks holds it to 64 (a few values spill,
+// not the row). 0 leaves every other kernel to the compiler, as before.
+template <typename T, int PackSize, int BlockSize, int SharedPacks>
+constexpr int kLoneFloatMinBlocks = sizeof(T) == 4 && PackSize == 1 && SharedPacks > 0 && BlockSize == 512 ? 2 : 0;
+
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
           int SharedPacks = 0>
-__global__ void __launch_bounds__(BlockSize)
+__global__ void __launch_bounds__(BlockSize, kLoneFloatMinBlocks<T, PackSize, BlockSize, SharedPacks>)
 softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
     static_assert(ColsPerThread % PackSize == 0, "whole packs");
     static_assert(ClusterSize >= 1 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "1 to 16 blocks");
@@ -330,19 +354,32 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
         }
     }
     const float shift = thread_max == minus_inf ? 0.0f : thread_max;  // -inf entries give exp(-inf) = 0
+    constexpr bool kKeepExp = !Log && sizeof(T) == 2;  // values become exp(x - shift): above
     float thread_sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
         if (i < my_packs) {
-            const P pack = pack_at(i);
+            P pack = pack_at(i);
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_sum += fast_exp(widen(pack.values[k]) - shift);
+            for (int k = 0; k < PackSize; ++k) {
+                const float e = fast_exp(widen(pack.values[k]) - shift);
+                thread_sum += e;
+                if constexpr (kKeepExp) pack.values[k] = narrow<T>(e);
+            }
+            if constexpr (kKeepExp) {
+                if (i < kPacks) packs[i] = pack;
+                else shared_packs[(i - kPacks) * BlockSize + threadIdx.x] = pack;  // its own slot: no barrier
+            }
         }
     }
     MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
     if constexpr (ClusterSize > 1) row_state = cluster_merge<MaxSum, ClusterSize>(row_state);
-    // A fully masked row (max -inf) gives exp(-inf - -inf) = NaN, as in PyTorch.
+    // A fully masked row (max -inf) gives NaN, as in PyTorch: exp(-inf - -inf) where exp
+    // is recomputed, and the scale below where it is kept. A thread whose values are all
+    // -inf in a row that is not writes zeros (its scale, exp(0 - max), could overflow).
     const float norm = row_norm<Log>(row_state.sum);
+    const float scale = thread_max != minus_inf ? fast_exp(shift - row_state.max) * norm
+                        : row_state.max == minus_inf ? __int_as_float(0x7fffffff) : 0.0f;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
         if (i < my_packs) {
@@ -350,7 +387,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             P pack;
 #pragma unroll
             for (int k = 0; k < PackSize; ++k)
-                pack.values[k] = narrow<T>(finish<Log>(widen(values.values[k]), row_state.max, norm));
+                pack.values[k] = kKeepExp ? narrow<T>(widen(values.values[k]) * scale)
+                                          : narrow<T>(finish<Log>(widen(values.values[k]), row_state.max, norm));
             store_pack(&my_out[i * BlockSize], pack);
         }
     }
