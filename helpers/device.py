@@ -298,7 +298,10 @@ def _as_dims(value, what: str) -> tuple:
 
 
 def _kernel_argument(value):
-    """Python values to the C types our kernels take: pointers, long long, float."""
+    """Python values to the C types our kernels take: pointers (None: a null pointer, for
+    an output that is not wanted), long long, float."""
+    if value is None:
+        return ctypes.c_void_p(0)
     if isinstance(value, DeviceArray):
         return ctypes.c_void_p(value.ptr)
     if isinstance(value, ctypes._SimpleCData):
@@ -311,7 +314,7 @@ def _kernel_argument(value):
         return ctypes.c_longlong(value)  # every integer parameter in kernels/ is long long
     if isinstance(value, float):
         return ctypes.c_float(value)
-    raise InputError(f"cannot pass {type(value).__name__} to a kernel; pass a DeviceArray, "
+    raise InputError(f"cannot pass {type(value).__name__} to a kernel; pass a DeviceArray (or None), "
                      "an int (long long), a float (float) or a NumPy scalar")
 
 

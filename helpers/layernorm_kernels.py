@@ -10,7 +10,6 @@ moves), and PyTorch is charged the same.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,7 +173,7 @@ class LayerNormVariant:
             self._launch_unfused(x, weight, bias, y, rows, cols, eps, mean, rstd)
             return
         kernel = loaded_kernel(SOURCE, self.name_expression)
-        kernel(self.grid(rows), self.block_size, x, weight, bias, y, _pointer(mean), _pointer(rstd),
+        kernel(self.grid(rows), self.block_size, x, weight, bias, y, mean, rstd,
                rows, cols, np.float32(eps), cluster=self.cluster_size if self.path == "cluster" else 1)
 
     def _launch_unfused(self, x, weight, bias, y, rows, cols, eps, mean, rstd):
@@ -185,11 +184,6 @@ class LayerNormVariant:
         find_rstd(rows, self.block_size, x, row_mean, row_rstd, rows, cols, np.float32(eps))
         normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_mean, row_rstd, weight,
                   bias, y, rows, cols)
-
-
-def _pointer(array: DeviceArray | None):
-    """A DeviceArray, or a null pointer for an output that is not wanted."""
-    return array if array is not None else ctypes.c_void_p(0)
 
 
 # The cluster path's shapes, shortest rows first: (block, values per thread, blocks

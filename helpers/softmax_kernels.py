@@ -214,10 +214,26 @@ class SoftmaxVariant:
         if self.path == "naive":
             self._launch_naive(x, y, rows, cols)
             return
+        if self.path == "cluster":
+            self._launch_cluster(x, y, rows, cols, self.name_expression, None)
+            return
         kernel = loaded_kernel(SOURCE, self.name_expression)
         extra = (self.rows_per_block,) if self.path == "ft_style" else ()
         kernel(self.grid(rows, cols, kernel), self.block_size, x, y, rows, cols, *extra,
-               shared_bytes=self.shared_bytes(cols), cluster=self.cluster_size if self.path == "cluster" else 1)
+               shared_bytes=self.shared_bytes(cols))
+
+    @property
+    def timed_name_expression(self) -> str:
+        """The cluster kernel's Timed twin: the same code plus clock reads at its phase boundaries."""
+        if self.path != "cluster":
+            raise InputError(f"only the cluster path has a timed kernel, not {self.path}")
+        return (f"softmax_cluster_per_row<{self.c_type}, {self.pack_size}, {self.cols_per_thread}, {self.block_size}, "
+                f"{self.cluster_size}, {str(self.log).lower()}, {self.shared_cols_per_thread // self.pack_size}, true>")
+
+    def _launch_cluster(self, x, y, rows, cols, name, phase_clock):
+        kernel = loaded_kernel(SOURCE, name)
+        kernel(self.grid(rows, cols, kernel), self.block_size, x, y, rows, cols, phase_clock,
+               shared_bytes=self.shared_bytes(cols), cluster=self.cluster_size)
 
     def _launch_naive(self, x, y, rows, cols):
         row_max, row_sum = row_scratch(rows, "softmax max"), row_scratch(rows, "softmax sum")
@@ -378,6 +394,43 @@ def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: 
     name = ("torch.compile" if compiled else "torch") + (" log_softmax" if log else "")
     return bench.measure(name, dtype=dtype, shape=[rows, cols], config={"op": "log_softmax" if log else "softmax"},
                          bytes=bytes_moved(rows, cols, dtype), setup=setup)
+
+
+# The cluster kernel's phases, between the clock reads of its Timed twin (kernels/softmax.cu).
+PHASES = ("loads arrive, max", "exponentials, sum, block merge", "cluster merge", "stores issued")
+PHASE_CLOCK_WORDS = 6  # kPhaseClockWords: the SM, then five clock reads
+
+
+def cluster_phases(rows: int, cols: int, dtype: str, *, runs: int = 3) -> dict:
+    """Where the time of softmax()'s on-chip path goes at (rows, cols): its Timed twin, run
+    ``runs`` times after an L2 flush (each output checked against float64), in which
+    thread 0 of every block reads %globaltimer at each phase boundary. Per phase (PHASES),
+    the median and 90th percentile over all blocks of all runs, in µs; the median block
+    lifetime; and the median span from the first block's start to the last block's
+    stores. Needs a GPU."""
+    from .timing import flush_l2
+    variant = variant_for(rows, cols, dtype, widest_pack_for(cols, dtype))
+    if variant.path != "cluster":
+        raise InputError(f"softmax() runs the {variant.path} path at {cols} columns; phases are timed on the "
+                         "cluster path (rows of 2048 values and more)")
+    host, x, y = _matrix(rows, cols, dtype)
+    clock = DeviceArray((rows * variant.cluster_size * PHASE_CLOCK_WORDS,), np.uint64)
+    phases, spans = [], []
+    try:
+        for _ in range(runs):
+            flush_l2()
+            _check_output(variant.timed_name_expression, lambda: variant._launch_cluster(
+                x, y, rows, cols, variant.timed_name_expression, clock), y, host, dtype, False)
+            ns = clock.to_numpy().reshape(-1, PHASE_CLOCK_WORDS)[:, 1:].astype(np.int64)
+            phases.append(np.diff(ns, axis=1) / 1e3)
+            spans.append((ns[:, -1].max() - ns[:, 0].min()) / 1e3)
+    finally:
+        clock.free()
+    phases = np.concatenate(phases)
+    return {"config": variant.config, "blocks": int(rows * variant.cluster_size),
+            "phases_us": {name: [float(np.median(phases[:, k])), float(np.percentile(phases[:, k], 90))]
+                          for k, name in enumerate(PHASES)},
+            "lifetime_us": float(np.median(phases.sum(axis=1))), "span_us": float(np.median(spans))}
 
 
 def cache_layout_cycles(pack_size: int = 4, repeats: int = 256) -> dict:

@@ -302,6 +302,12 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x
 // (consecutive blocks form a cluster); SharedPacks * BlockSize packs of dynamic
 // shared memory.
+// Timed: thread 0 of each block writes kPhaseClockWords words to phase_clock (at
+// blockIdx.x * kPhaseClockWords): its SM, then %globaltimer (ns) at its start,
+// once its own loads have arrived (after the max), after the block merge, after
+// the cluster merge and once its stores are issued. That is how the chapter shows
+// where a block's time goes; the kernels softmax() runs are Timed = false, where
+// phase_clock is unused (pass null) and the code is the same as without it.
 // Lone floats (pack 1: rows of odd length) in 512-thread blocks with a shared part:
 // with the .ftz exp the compiler keeps more exps in flight and took 80 registers,
 // one block per SM instead of two (H200, 2026-11-22: 1024 x 65537 fp32 fell from
@@ -310,10 +316,33 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <typename T, int PackSize, int BlockSize, int SharedPacks>
 constexpr int kLoneFloatMinBlocks = sizeof(T) == 4 && PackSize == 1 && SharedPacks > 0 && BlockSize == 512 ? 2 : 0;
 
+constexpr int kPhaseClockWords = 6;
+// The GPU's nanosecond clock: one clock for all SMs (clock64 counts each SM's own cycles).
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
-          int SharedPacks = 0>
+          int SharedPacks = 0, bool Timed = false>
 __global__ void __launch_bounds__(BlockSize, kLoneFloatMinBlocks<T, PackSize, BlockSize, SharedPacks>)
-softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
+softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols,
+                        unsigned long long* __restrict__ phase_clock) {
+    unsigned long long* my_clock = phase_clock + blockIdx.x * kPhaseClockWords;
+    auto clock_phase = [&](int word) {
+        if constexpr (Timed) {
+            if (threadIdx.x == 0) my_clock[word] = global_ns();
+        }
+    };
+    if constexpr (Timed) {
+        if (threadIdx.x == 0) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            my_clock[0] = sm;
+        }
+    }
+    clock_phase(1);
     static_assert(ColsPerThread % PackSize == 0, "whole packs");
     static_assert(ClusterSize >= 1 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "1 to 16 blocks");
     constexpr int kPacks = ColsPerThread / PackSize;
@@ -343,7 +372,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
         packs[p] = p < my_packs ? mine[p * BlockSize] : P{};
     if constexpr (SharedPacks > 0) cp_async_wait_all();
     // Pack i of this thread: in registers (i < kPacks) or in shared memory.
-    auto pack_at = [&](int i) -> P { return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x]; };
+    auto pack_at = [&](int i) -> P& { return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x]; };
     float thread_max = minus_inf;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
@@ -353,6 +382,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(pack.values[k]));
         }
     }
+    clock_phase(2);
     const float shift = thread_max == minus_inf ? 0.0f : thread_max;  // -inf entries give exp(-inf) = 0
     constexpr bool kKeepExp = !Log && sizeof(T) == 2;  // values become exp(x - shift): above
     float thread_sum = 0.0f;
@@ -366,20 +396,21 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
                 thread_sum += e;
                 if constexpr (kKeepExp) pack.values[k] = narrow<T>(e);
             }
-            if constexpr (kKeepExp) {
-                if (i < kPacks) packs[i] = pack;
-                else shared_packs[(i - kPacks) * BlockSize + threadIdx.x] = pack;  // its own slot: no barrier
-            }
+            if constexpr (kKeepExp) pack_at(i) = pack;  // a shared pack: this thread's own slot, no barrier
         }
     }
     MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
+    clock_phase(3);
     if constexpr (ClusterSize > 1) row_state = cluster_merge<MaxSum, ClusterSize>(row_state);
+    clock_phase(4);
     // A fully masked row (max -inf) gives NaN, as in PyTorch: exp(-inf - -inf) where exp
     // is recomputed, and the scale below where it is kept. A thread whose values are all
     // -inf in a row that is not writes zeros (its scale, exp(0 - max), could overflow).
     const float norm = row_norm<Log>(row_state.sum);
-    const float scale = thread_max != minus_inf ? fast_exp(shift - row_state.max) * norm
-                        : row_state.max == minus_inf ? __int_as_float(0x7fffffff) : 0.0f;
+    float scale = 0.0f;  // kept exponentials only
+    if constexpr (kKeepExp)
+        scale = thread_max != minus_inf ? fast_exp(shift - row_state.max) * norm
+                : row_state.max == minus_inf ? __int_as_float(0x7fffffff) : 0.0f;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
         if (i < my_packs) {
@@ -392,6 +423,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             store_pack(&my_out[i * BlockSize], pack);
         }
     }
+    clock_phase(5);
     if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }
 

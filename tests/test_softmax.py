@@ -6,8 +6,10 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.operands import np_dtype
-from helpers.softmax_kernels import (C_TYPES, TOLERANCE, SoftmaxVariant, cache_layout_cycles, ft_style_for,
-                                     max_error, measure_dispatcher, reference, softmax, variant_for)
+from helpers.compiler import compile_kernels
+from helpers.softmax_kernels import (C_TYPES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant, cache_layout_cycles,
+                                     cluster_phases, ft_style_for, max_error, measure_dispatcher, reference, softmax,
+                                     variant_for)
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
@@ -170,6 +172,33 @@ def test_the_dispatcher_holds_the_longest_rows_on_chip(gpu):
         variant = softmax(x, y)
         assert variant.path == "cluster" and variant.shared_cols_per_thread > 0, variant
         _check(host, y, dtype)
+
+
+def test_the_timed_twin_adds_clock_reads_and_nothing_else():
+    """cluster_phases times softmax()'s own cluster kernel: its Timed twin must differ from it only
+    by the clock reads (globaltimer and the SM id, and the stores of them by thread 0)."""
+    for v in (variant_for(64, 262144, "float32", 4), variant_for(64, 131072, "float16", 8),
+              variant_for(64, 4096, "bfloat16", 8)):
+        compiled = compile_kernels("kernels/softmax.cu", [v.name_expression, v.timed_name_expression], arch="sm_90")
+        plain, timed = (helpers.opcodes(compiled.sass(n)) for n in (v.name_expression, v.timed_name_expression))
+        assert not any("GLOBALTIMER" in line for line in compiled.sass(v.name_expression).splitlines()), v
+        assert "GLOBALTIMER" in compiled.sass(v.timed_name_expression), v
+        memory = ("LDG", "STG", "LDGSTS", "LDS", "STS", "UCGABAR", "BAR", "MUFU")
+        for op in set(plain) | set(timed):
+            if op.startswith(memory) and not op.startswith("STG.E.64"):
+                assert plain[op] == timed[op], (v, op, plain[op], timed[op])
+        assert timed["STG.E.64"] - plain["STG.E.64"] == PHASE_CLOCK_WORDS, (v, timed["STG.E.64"])
+
+
+def test_cluster_phases_time_the_dispatchers_kernel(gpu):
+    phases = cluster_phases(64, 65536, "float16", runs=2)  # checks the output against float64 as well
+    assert phases["config"] == variant_for(64, 65536, "float16", 8).config
+    assert list(phases["phases_us"]) == list(PHASES) and phases["blocks"] == 64 * phases["config"].get("cluster_size", 1)
+    for median, p90 in phases["phases_us"].values():
+        assert 0 <= median <= p90
+    assert 0 < phases["lifetime_us"] <= phases["span_us"]
+    with pytest.raises(helpers.InputError, match="cluster path"):
+        cluster_phases(64, 1024, "float32")
 
 
 def test_the_ladder_kernels_compile_as_described():
