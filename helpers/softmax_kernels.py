@@ -119,8 +119,7 @@ class SoftmaxVariant:
         if self.path == "block_cached":
             return [f"softmax_block_cached<{t}, {p}, {b}, {str(self.pack_major_cache).lower()}>"]
         if self.path == "cluster":
-            shared = f", {self.shared_cols_per_thread // p}" if self.shared_cols_per_thread else ""
-            return [f"softmax_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {log}{shared}>"]
+            return [self._cluster_kernel()]
         return [f"softmax_block_uncached<{t}, {p}, {b}, {str(self.online).lower()}, {log}>"]
 
     @property
@@ -227,8 +226,17 @@ class SoftmaxVariant:
         """The cluster kernel's Timed twin: the same code plus clock reads at its phase boundaries."""
         if self.path != "cluster":
             raise InputError(f"only the cluster path has a timed kernel, not {self.path}")
-        return (f"softmax_cluster_per_row<{self.c_type}, {self.pack_size}, {self.cols_per_thread}, {self.block_size}, "
-                f"{self.cluster_size}, {str(self.log).lower()}, {self.shared_cols_per_thread // self.pack_size}, true>")
+        return self._cluster_kernel(timed=True)
+
+    def _cluster_kernel(self, timed: bool = False) -> str:
+        # The template's trailing arguments (SharedPacks, Timed) are written only when needed.
+        args = [self.c_type, self.pack_size, self.cols_per_thread, self.block_size, self.cluster_size,
+                str(self.log).lower()]
+        if self.shared_cols_per_thread or timed:
+            args.append(self.shared_cols_per_thread // self.pack_size)
+        if timed:
+            args.append("true")
+        return f"softmax_cluster_per_row<{', '.join(map(str, args))}>"
 
     def _launch_cluster(self, x, y, rows, cols, name, phase_clock):
         kernel = loaded_kernel(SOURCE, name)
