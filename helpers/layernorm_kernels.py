@@ -1,7 +1,8 @@
 """Chapter 5's LayerNorm kernels (kernels/layernorm.cu), host side: the unfused
 three kernels, the fused block per row (sum and sum of squares, or Welford/Chan
 states), the row in registers of a lane group (short rows) or of a block or
-thread-block cluster (long rows), the dispatcher, and the measurements of chapter 5.
+thread-block cluster (long rows), the row read twice with cache hints (streamed),
+the dispatcher, and the measurements of chapter 5.
 
 A LayerNorm moves (2 * rows + 2) * cols * sizeof(T) bytes: the matrix read once
 and written once, weight and bias read once (``bytes_moved``); every variant is
@@ -25,7 +26,7 @@ from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
-PATHS = ("unfused", "block_fused", "warp", "cluster")
+PATHS = ("unfused", "block_fused", "warp", "cluster", "streamed")
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
 CLUSTER_SIZES = (1, 2, 4, 8, 16)
@@ -50,6 +51,7 @@ class LayerNormVariant:
     cluster_size: int = 1  # cluster path: blocks per row (1: a block per row)
     statistics: str = "welford"  # block_fused: "welford" (MeanM2) or "sum_squares" (E[x²] - E[x]²)
     early_affine: bool = False  # register paths: weight and bias loaded with the row (True) or at the store
+    cache_hints: bool = True  # streamed: keep the row in L1/L2 for the second read (evict_last, then evict_first)
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -59,7 +61,7 @@ class LayerNormVariant:
         check_pack_size(self.pack_size, self.dtype)
         if self.block_size % 32 or not 32 <= self.block_size <= 1024:
             raise LaunchConfigError(f"block_size must be a multiple of 32 from 32 to 1024, got {self.block_size}")
-        if self.path in ("warp", "cluster"):
+        if self.path in ("warp", "cluster", "streamed"):
             most = ROW_BYTES_PER_THREAD // np_dtype(self.dtype).itemsize
             if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= most:
                 raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
@@ -72,6 +74,11 @@ class LayerNormVariant:
             raise InputError(f"statistics must be one of {STATISTICS}, got {self.statistics!r}")
         if self.early_affine and self.path not in ("warp", "cluster"):
             raise InputError(f"early_affine is a choice of the register paths (warp, cluster), not {self.path}")
+        if not self.cache_hints and self.path != "streamed":
+            raise InputError(f"cache_hints is a choice of the streamed path, not {self.path}")
+        if self.path == "streamed" and self.pack_size * np_dtype(self.dtype).itemsize != 16:
+            raise InputError(f"the streamed path loads 16-byte packs (its loads carry cache hints): pack_size must be "
+                             f"{16 // np_dtype(self.dtype).itemsize} for {self.dtype}, got {self.pack_size}")
         if self.path == "unfused" and self.pack_size != 1:
             raise InputError("the unfused kernels load one element at a time: pack_size must be 1")
 
@@ -89,6 +96,8 @@ class LayerNormVariant:
         if self.path == "block_fused":
             state = "MeanM2" if self.statistics == "welford" else "SumSquares"
             return [f"layernorm_block_fused<{t}, {p}, {b}, {state}>"]
+        if self.path == "streamed":
+            return [f"layernorm_streamed<{t}, {p}, {self.cols_per_thread}, {b}, {str(self.cache_hints).lower()}>"]
         early = str(self.early_affine).lower()
         if self.path == "warp":
             return [f"layernorm_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, {b}, {early}>"]
@@ -101,7 +110,7 @@ class LayerNormVariant:
     @property
     def config(self) -> dict:
         config = {"path": self.path, "pack_size": self.pack_size, "block_size": self.block_size}
-        if self.path in ("warp", "cluster"):
+        if self.path in ("warp", "cluster", "streamed"):
             config["cols_per_thread"] = self.cols_per_thread
             if self.early_affine:
                 config["early_affine"] = True
@@ -111,6 +120,8 @@ class LayerNormVariant:
             config["cluster_size"] = self.cluster_size
         if self.path == "block_fused":
             config["statistics"] = self.statistics
+        if not self.cache_hints:
+            config["cache_hints"] = False
         return config
 
     def compiled(self, arch: str = None):
@@ -122,13 +133,15 @@ class LayerNormVariant:
             return self.cols_per_thread * self.group_width
         if self.path == "cluster":
             return self.cols_per_thread * self.block_size * self.cluster_size
+        if self.path == "streamed":
+            return self.cols_per_thread * self.block_size
         return None
 
     def traffic(self, rows: int, cols: int) -> int:
         """Bytes through HBM when nothing is found in L2 but weight and bias: the unfused
         kernels read the matrix three times, write it once and pass two vectors along;
-        the fused block re-reads each row (from L1/L2 while the row is still there,
-        which is what this count assumes); the register paths read it once."""
+        the fused block and the streamed path re-read each row (from L1/L2 while the
+        row is still there, which is what this count assumes); the register paths read it once."""
         moved = bytes_moved(rows, cols, self.dtype)
         if self.path == "unfused":
             return moved + 2 * int(rows) * int(cols) * np_dtype(self.dtype).itemsize + 4 * 4 * int(rows)
@@ -139,7 +152,7 @@ class LayerNormVariant:
             return max(1, -(-rows // (self.block_size // self.group_width)))
         if self.path == "cluster":
             return rows * self.cluster_size
-        return rows  # block_fused: a block per row
+        return rows  # block_fused, streamed: a block per row
 
     def launch(self, x: DeviceArray, weight: DeviceArray, bias: DeviceArray, y: DeviceArray, *,
                eps: float = EPS, mean: DeviceArray = None, rstd: DeviceArray = None):
@@ -200,24 +213,40 @@ CLUSTER_SHAPES = {
     2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 16),
         (1024, 64, 8), (1024, 64, 16)),
 }
+# The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 4096
+# values in 16-byte packs, four packs a thread (the step of the chapter that measures
+# it). Scratch sweeps, in turns with the register path and torch.compile (H200,
+# 2026-11-22, GB/s): 32768 x 2048: 4069 against 4007 (register) and 4040
+# (torch.compile); 16384 x 4096: 4067 / 4014 / 4166; 32768 x 4096: 4171 / 4144 / 4235.
+# At 1024 and 8192 values it tied the register path (4065 / 4091, 3996 / 4001), at
+# 16384 it lost (3807 / 4010); one or two packs a thread lost everywhere (2000-3300),
+# and so did 16-bit rows (fp16 8192 x 16384: 3615 / 3956).
+STREAMED_SHAPES = ((128, 16), (256, 16))
+STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
 WARP_BLOCK = 64  # the lane-group path's block: two warps (the sweep's best, 64 to 256 within 1%)
 WARP_ROW_BYTES = 2048  # the lane-group path takes rows up to this size: 512 floats, 1024 16-bit values
 
 
-def variant_for(cols: int, dtype: str, pack: int) -> LayerNormVariant:
+def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
     """The dispatcher's rule. Rows up to 2 KiB (512 floats, 1024 16-bit values): a lane
     group per row, the row in registers, each lane holding at least 64 bytes (and a
     whole pack), the group just wide enough for the row; fp32 rows of 512 load weight
     and bias with the row. Longer rows: the row in the registers of a block, or of a
     cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
     values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
-    re-reads the row."""
+    re-reads the row. fp32 rows of 1025 to 4096 values in 16-byte packs are read twice,
+    with cache hints (the streamed path), as torch.compile's kernel does; ``streamed=False``
+    gives the register path there instead (the chapter compares the two)."""
     itemsize = np_dtype(dtype).itemsize
     if cols * itemsize <= WARP_ROW_BYTES:
         per_thread = max(pack, 64 // itemsize, power_of_two_at_least(-(-cols // 32)))
         group = min(32, power_of_two_at_least(-(-cols // per_thread)))
         return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
                                 early_affine=itemsize == 4 and cols >= 512)
+    if streamed and itemsize == 4 and pack == 4 and cols > STREAMED_FROM:
+        for block, per_thread in STREAMED_SHAPES:
+            if block * per_thread >= cols:
+                return LayerNormVariant("streamed", dtype, pack, block, per_thread)
     for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
         if block * per_thread * cluster >= cols and per_thread >= pack:
             return LayerNormVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster)
@@ -292,9 +321,9 @@ def _compare(what: str, out: np.ndarray, host, weight, bias, dtype: str, toleran
     return error
 
 
-def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None):
-    """Check one variant against float64 on fresh inputs (output poisoned), then time
-    it. GB/s counts the bytes a LayerNorm must move (bytes_moved)."""
+def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None) -> dict:
+    """What ``bench.measure`` needs to check one variant against float64 on fresh inputs
+    (output poisoned) and time it. GB/s counts the bytes a LayerNorm must move (bytes_moved)."""
     def setup():
         host, weight, bias, x, w, b, y = _operands(rows, cols, variant.dtype)
         run = lambda: variant.launch(x, w, b, y)  # noqa: E731
@@ -306,8 +335,12 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
             return _compare(variant.name_expression, y.to_numpy(), host, weight, bias, variant.dtype,
                             TOLERANCE[variant.dtype])
         return run, check
-    return bench.measure(provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
-                         bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+    return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
+                bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+
+
+def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None):
+    return bench.measure(**layer_norm_measurement(variant, rows, cols, provider=provider))
 
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
@@ -316,7 +349,7 @@ def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
                               provider="layer_norm()")
 
 
-def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False):
+def torch_layer_norm_measurement(rows: int, cols: int, dtype: str, *, compiled: bool = False) -> dict:
     """torch.nn.functional.layer_norm with weight and bias, eager or torch.compile'd for
     this one shape, on the very bytes our kernels read, into its own output."""
     def setup():
@@ -335,8 +368,12 @@ def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compile
             return _compare("torch layer_norm", out.float().cpu().numpy(), host, weight, bias, dtype,
                             2 * TOLERANCE[dtype])
         return (lambda: fn(t, tw, tb)), check
-    return bench.measure("torch.compile" if compiled else "torch", dtype=dtype, shape=[rows, cols],
-                         config={"op": "layer_norm"}, bytes=bytes_moved(rows, cols, dtype), setup=setup)
+    return dict(provider="torch.compile" if compiled else "torch", dtype=dtype, shape=[rows, cols],
+                config={"op": "layer_norm"}, bytes=bytes_moved(rows, cols, dtype), setup=setup)
+
+
+def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False):
+    return bench.measure(**torch_layer_norm_measurement(rows, cols, dtype, compiled=compiled))
 
 
 def offset_error(variant: LayerNormVariant, offset: float = 1e4, rows: int = 256, cols: int = 4096) -> float:
@@ -375,6 +412,9 @@ def sanitizer_cases():
               for shape in ((1, 4), (3, 4092), (2, 4096), (5, 2068))]
     cases += [case(LayerNormVariant("block_fused", d, 4, 256, statistics=s), shape, True)
               for d in ("float32", "float16") for s in STATISTICS for shape in ((1, 4), (3, 1028), (2, 4100))]
+    cases += [case(LayerNormVariant("streamed", d, p, 64, 4 * p, cache_hints=h), shape, True)
+              for d, p in (("float32", 4), ("float16", 8)) for h in (True, False)
+              for shape in ((1, p), (3, 256 * p - p), (2, 256 * p))]
     cases += [case(LayerNormVariant("unfused", d, 1, 256), (5, 77), True) for d in ("float32", "bfloat16")]
     cases += [case(LayerNormVariant(p, "float16", 8, 64, 32, 4, cluster_size=2, early_affine=True), shape, True)
               for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]

@@ -297,6 +297,89 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }
 
+// How a load may use the caches (layernorm_streamed, step 5).
+enum class Reuse { ReadOnly, Keep, LastUse };
+
+// A load with a hint is PTX the compiler will not reorder, merge or drop: pass 2's
+// load is a real second read (a plain load of a const __restrict__ pointer could be
+// served from pass 1's registers). 16-byte packs only: the host launches this path
+// with them alone (the widths it was measured with).
+template <Reuse How, typename P>
+__device__ __forceinline__ P load_with_hint(const P* src, unsigned long long l2_policy) {
+    static_assert(sizeof(P) == 16, "16-byte packs");
+    unsigned w[4];
+    if constexpr (How == Reuse::Keep)
+        asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
+    else if constexpr (How == Reuse::LastUse)
+        asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
+    else  // the read-only path, as the compiler loads weight and bias
+        asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    P pack;
+    memcpy(&pack, w, 16);
+    return pack;
+}
+
+// An L2 policy for loads that carry one: evict_last (keep) or evict_first (last use), for all of L2.
+__device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
+    unsigned long long policy = 0;
+    if (how == Reuse::Keep) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    if (how == Reuse::LastUse) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// Step 5, the row read twice, as torch.compile's generated kernel does it for fp32
+// rows of a few thousand values: a block per row, ColsPerThread values a thread.
+// Pass 1 loads the row, takes each thread's exact (count, mean, M2) of x - x[row][0]
+// and merges them in the block, as the register path does; the values are then
+// dropped, not kept. Pass 2 loads the row again, with weight and bias, and stores.
+// The row crosses HBM once only if the second read finds it on chip, so the loads
+// carry cache hints (CacheHints): pass 1 asks L1 and L2 to keep the row
+// (evict_last), pass 2 says it is the last use (evict_first), so that the row makes
+// room for the rows after it. What it can buy over the register path: the values
+// hold no registers across the block merge, so an SM may hold more rows.
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool CacheHints>
+__global__ void __launch_bounds__(BlockSize)
+layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                   T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                   long long rows, long long cols, float eps) {
+    static_assert(ColsPerThread % PackSize == 0, "whole packs");
+    constexpr int kPacks = ColsPerThread / PackSize;
+    constexpr Reuse kFirstRead = CacheHints ? Reuse::Keep : Reuse::ReadOnly;
+    constexpr Reuse kSecondRead = CacheHints ? Reuse::LastUse : Reuse::ReadOnly;
+    using P = Pack<T, PackSize>;
+    const long long row = blockIdx.x, row_packs = cols / PackSize;
+    const P* in = reinterpret_cast<const P*>(x + row * cols);
+    float shift;
+    MeanM2 state;
+    {  // pass 1: the packs live only until the thread's state is taken
+        const unsigned long long keep = l2_policy(kFirstRead);
+        P packs[kPacks];
+#pragma unroll
+        for (int p = 0; p < kPacks; ++p)
+            if (p * BlockSize + threadIdx.x < row_packs) packs[p] = load_with_hint<kFirstRead>(&in[p * BlockSize + threadIdx.x], keep);
+        shift = widen(x[row * cols]);
+        state = block_merge<MeanM2, BlockSize>(thread_mean_m2<BlockSize>(packs, threadIdx.x, row_packs, shift));
+    }
+    const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
+    if (threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
+    // pass 2: one pack at a time, its three loads issued before its store
+    const unsigned long long last_use = l2_policy(kSecondRead);
+    const P *w = reinterpret_cast<const P*>(weight), *b = reinterpret_cast<const P*>(bias);
+    P* out = reinterpret_cast<P*>(y + row * cols);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const long long at = p * BlockSize + threadIdx.x;
+        if (at < row_packs) {
+            const P values = load_with_hint<kSecondRead>(&in[at], last_use);
+            const P scale = load_with_hint<Reuse::ReadOnly>(&w[at], 0), offset = load_with_hint<Reuse::ReadOnly>(&b[at], 0);
+            store_pack(out + at, normalized(values, scale, offset, state.mean_, rstd, shift));
+        }
+    }
+}
+
 // Step 1, unfused: three kernels, as a framework without fusion would run them,
 // each reading the matrix: the row means, the row rstds (from the squares about
 // those means, so no cancellation), then the elementwise normalization. The

@@ -33,6 +33,24 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
     assert ops["LDG.E.128.CONSTANT"] >= 4 and ops["STG.E.128"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
 
 
+def test_the_streamed_path_reads_the_row_twice_with_its_cache_hints():
+    """Pass 1 loads each pack with evict_last (EL), pass 2 again with evict_first (EF),
+    weight and bias through the read-only path; without hints, the same loads carry none."""
+    for blocks, per_thread in ((128, 16), (256, 16), (64, 32)):
+        hinted = LayerNormVariant("streamed", "float32", 4, blocks, per_thread)
+        plain = LayerNormVariant("streamed", "float32", 4, blocks, per_thread, cache_hints=False)
+        packs = per_thread // 4
+        ops = _opcodes(hinted)
+        assert ops["LDG.E.EL.128"] == packs and ops["LDG.E.EF.128"] == packs, ops
+        assert ops["LDG.E.128.CONSTANT"] == 2 * packs and ops["STG.E.128"] == packs, ops
+        assert ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops  # one block merge
+        ops = _opcodes(plain)
+        assert not any(".EL" in op or ".EF" in op for op in ops), ops
+        assert ops["LDG.E.128.CONSTANT"] == 4 * packs and ops["STG.E.128"] == packs, ops  # x twice, weight, bias
+        for v in (hinted, plain):
+            assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
+
+
 def test_no_kernel_the_dispatcher_picks_spills():
     """Every register-path shape the dispatcher picks, each dtype at its widest pack and at
     pack 1 (rows of odd length), compiled as it would be launched. A spill puts part of the
@@ -43,7 +61,7 @@ def test_no_kernel_the_dispatcher_picks_spills():
         for cols in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288):
             for pack in (widest, 1):
                 v = variant_for(cols + (pack == 1), dtype, pack)
-                if v.path not in ("warp", "cluster"):
+                if v.path not in ("warp", "cluster", "streamed"):
                     continue
                 spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
                 # Known, and left: 64 16-bit values a thread in 1024-thread blocks (64 registers)
@@ -62,7 +80,9 @@ def test_no_kernel_the_dispatcher_picks_spills():
                                               (dict(path="cluster", cluster_size=3), "cluster_size"),
                                               (dict(statistics="kahan"), "statistics"),
                                               (dict(path="unfused"), "pack_size must be 1"),
-                                              (dict(block_size=100), "multiple of 32")])
+                                              (dict(block_size=100), "multiple of 32"),
+                                              (dict(path="streamed", pack_size=2), "16-byte packs"),
+                                              (dict(cache_hints=False), "choice of the streamed path")])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         LayerNormVariant(**kwargs)
@@ -74,9 +94,14 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 32)
     assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 8)
     assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 64, 32, 1)
-    for cols in (513, 1025, 4096, 16384, 65536, 262144, 524288):
+    for cols in (513, 1024, 4097, 16384, 65536, 262144, 524288):
         v = variant_for(cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
+    # fp32 rows of 1025 to 4096 values in 16-byte packs are read twice; with other packs,
+    # and in 16-bit formats, the row stays in registers
+    assert variant_for(1028, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 128, 16)
+    assert variant_for(4096, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 256, 16)
+    assert variant_for(2050, "float32", 2).path == variant_for(2048, "float16", 8).path == "cluster"
     assert variant_for(524289, "float32", 4).path == "block_fused"
     assert variant_for(1048577, "float16", 8) == LayerNormVariant("block_fused", "float16", 8, 1024)
 
@@ -139,6 +164,8 @@ VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2)
 VARIANTS += [LayerNormVariant("block_fused", d, 2, 256, statistics=s) for d in ("float32", "bfloat16")
              for s in ("welford", "sum_squares")]
 VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("unfused", "float32", 1, 1024)]
+VARIANTS += [LayerNormVariant("streamed", "float32", 4, 128, 16, cache_hints=h) for h in (True, False)]
+VARIANTS += [LayerNormVariant("streamed", d, 8, 64, 32) for d in ("float16", "bfloat16")]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name_expression)
