@@ -27,6 +27,7 @@ from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
 PATHS = ("unfused", "block_fused", "warp", "cluster", "streamed")
+SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
 CLUSTER_SIZES = (1, 2, 4, 8, 16)
@@ -61,7 +62,7 @@ class LayerNormVariant:
         check_pack_size(self.pack_size, self.dtype)
         if self.block_size % 32 or not 32 <= self.block_size <= 1024:
             raise LaunchConfigError(f"block_size must be a multiple of 32 from 32 to 1024, got {self.block_size}")
-        if self.path in ("warp", "cluster", "streamed"):
+        if self.path in SLICED_PATHS:
             most = ROW_BYTES_PER_THREAD // np_dtype(self.dtype).itemsize
             if self.cols_per_thread % self.pack_size or not self.pack_size <= self.cols_per_thread <= most:
                 raise InputError(f"cols_per_thread must be a multiple of pack_size ({self.pack_size}) up to "
@@ -110,7 +111,7 @@ class LayerNormVariant:
     @property
     def config(self) -> dict:
         config = {"path": self.path, "pack_size": self.pack_size, "block_size": self.block_size}
-        if self.path in ("warp", "cluster", "streamed"):
+        if self.path in SLICED_PATHS:
             config["cols_per_thread"] = self.cols_per_thread
             if self.early_affine:
                 config["early_affine"] = True

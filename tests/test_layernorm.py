@@ -5,8 +5,8 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.layernorm_kernels import (C_TYPES, TOLERANCE, LayerNormVariant, bytes_moved, layer_norm, max_error,
-                                       measure_dispatcher, offset_error, reference, variant_for)
+from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, LayerNormVariant, bytes_moved, layer_norm,
+                                       max_error, measure_dispatcher, offset_error, reference, variant_for)
 from helpers.operands import np_dtype, widest_pack_for
 
 
@@ -61,7 +61,7 @@ def test_no_kernel_the_dispatcher_picks_spills():
         for cols in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288):
             for pack in (widest, 1):
                 v = variant_for(cols + (pack == 1), dtype, pack)
-                if v.path not in ("warp", "cluster", "streamed"):
+                if v.path not in SLICED_PATHS:
                     continue
                 spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
                 # Known, and left: 64 16-bit values a thread in 1024-thread blocks (64 registers)
