@@ -206,10 +206,9 @@ class LayerNormVariant:
 # beyond, 16-bit rows with 128 bytes per thread throughout; the block is as small
 # as that allows (more, smaller blocks per SM keep more rows in flight), and the
 # longest rows go to clusters. For each row length the first shape that holds it.
-# fp32 rows of 513 to 1024 values take two warps (64, 16) rather than one lane group
-# of 32 values a lane: 4188 against 4105 GB/s at 131072 x 1024 (H200, 2026-11-22).
+# (Rows of up to 1024 values take a lane group, before this table.)
 CLUSTER_SHAPES = {
-    4: ((64, 16, 1), (128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8),
+    4: ((128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8),
         (512, 32, 8), (1024, 32, 8), (1024, 32, 16)),
     2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 16),
         (1024, 64, 8), (1024, 64, 16)),
@@ -224,26 +223,34 @@ CLUSTER_SHAPES = {
 # and so did 16-bit rows (fp16 8192 x 16384: 3615 / 3956).
 STREAMED_SHAPES = ((128, 16), (256, 16))
 STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
-WARP_BLOCK = 64  # the lane-group path's block: two warps (the sweep's best, 64 to 256 within 1%)
-WARP_ROW_BYTES = 2048  # the lane-group path takes rows up to this size: 512 floats, 1024 16-bit values
+# The lane-group path: rows of up to WARP_MAX_COLS values, in blocks of one warp, as
+# torch.compile's generated kernels run them (num_warps 1). Scratch sweeps, in turns with
+# the two-warp blocks it had before and torch.compile (H200, 2026-11-22, GB/s): level in
+# fp16 (524288 x 256: 4015 / 4019 / 4089), ahead at 1024 values (fp16 131072 x 1024:
+# 4053 / 4035 / 4069; fp32 65536 x 1024, 32 values a lane with early weight and bias:
+# 4067 against 4039 for two warps of 16 values a thread, and 4078 for torch.compile).
+# One-warp blocks free their registers as soon as their warp is done, which is what
+# lets 121 registers a lane (fp32 rows of 1024 with early weight and bias) pay.
+WARP_BLOCK = 32
+WARP_MAX_COLS = 1024
 
 
 def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
-    """The dispatcher's rule. Rows up to 2 KiB (512 floats, 1024 16-bit values): a lane
-    group per row, the row in registers, each lane holding at least 64 bytes (and a
-    whole pack), the group just wide enough for the row; fp32 rows of 512 load weight
-    and bias with the row. Longer rows: the row in the registers of a block, or of a
+    """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row
+    in registers, each lane holding at least 64 bytes (and a whole pack), the group just
+    wide enough for the row; fp32 rows of 256 values and more, in 16-byte packs, load
+    weight and bias with the row. Longer rows: the row in the registers of a block, or of a
     cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
     values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
     re-reads the row. fp32 rows of 1025 to 4096 values in 16-byte packs are read twice,
     with cache hints (the streamed path), as torch.compile's kernel does; ``streamed=False``
     gives the register path there instead (the chapter compares the two)."""
     itemsize = np_dtype(dtype).itemsize
-    if cols * itemsize <= WARP_ROW_BYTES:
+    if cols <= WARP_MAX_COLS:
         per_thread = max(pack, 64 // itemsize, power_of_two_at_least(-(-cols // 32)))
         group = min(32, power_of_two_at_least(-(-cols // per_thread)))
         return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
-                                early_affine=itemsize == 4 and cols >= 512)
+                                early_affine=itemsize == 4 and pack == 4 and cols >= 256)
     if streamed and itemsize == 4 and pack == 4 and cols > STREAMED_FROM:
         for block, per_thread in STREAMED_SHAPES:
             if block * per_thread >= cols:
@@ -344,10 +351,14 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
     return bench.measure(**layer_norm_measurement(variant, rows, cols, provider=provider))
 
 
-def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
+def dispatcher_measurement(rows: int, cols: int, dtype: str) -> dict:
     """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
-    return measure_layer_norm(bench, variant_for(cols, dtype, widest_pack_for(cols, dtype)), rows, cols,
-                              provider="layer_norm()")
+    return layer_norm_measurement(variant_for(cols, dtype, widest_pack_for(cols, dtype)), rows, cols,
+                                  provider="layer_norm()")
+
+
+def measure_dispatcher(bench, rows: int, cols: int, dtype: str):
+    return bench.measure(**dispatcher_measurement(rows, cols, dtype))
 
 
 def torch_layer_norm_measurement(rows: int, cols: int, dtype: str, *, compiled: bool = False) -> dict:
@@ -375,6 +386,14 @@ def torch_layer_norm_measurement(rows: int, cols: int, dtype: str, *, compiled: 
 
 def measure_torch_layer_norm(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False):
     return bench.measure(**torch_layer_norm_measurement(rows, cols, dtype, compiled=compiled))
+
+
+def measure_versus_torch(bench, rows: int, cols: int, dtype: str) -> list:
+    """layer_norm(), PyTorch eager and torch.compile on the same bytes, timed in turns (one
+    repetition of each per round): [ours, eager, compiled], None for what is not installed."""
+    return bench.measure_together([dispatcher_measurement(rows, cols, dtype),
+                                   torch_layer_norm_measurement(rows, cols, dtype),
+                                   torch_layer_norm_measurement(rows, cols, dtype, compiled=True)])
 
 
 def offset_error(variant: LayerNormVariant, offset: float = 1e4, rows: int = 256, cols: int = 4096) -> float:
