@@ -1,3 +1,6 @@
+import ast
+import json
+
 import matplotlib
 import pytest
 
@@ -22,6 +25,23 @@ def test_kernel_source_stops_at_a_one_line_definition_above():
     finish = kernel_source("softmax.cu", "finish")
     assert finish.startswith("template <bool Log>") and "row_norm" not in finish
     assert kernel_source("softmax.cu", "row_norm").startswith("// The output rule")
+
+
+def test_every_kernel_a_chapter_shows_is_in_its_source():
+    # A renamed kernel or struct would otherwise surface only when the notebook runs on a GPU.
+    from helpers.paths import ROOT
+    shown = []
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "show_kernel":
+                    file, *names = [ast.literal_eval(arg) for arg in node.args]
+                    shown += [(notebook.name, file, name) for name in names]
+    assert len(shown) > 20
+    for notebook, file, name in shown:
+        assert kernel_source(file, name), (notebook, file, name)
 
 
 def test_size_labels():
