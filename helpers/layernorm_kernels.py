@@ -213,15 +213,18 @@ CLUSTER_SHAPES = {
     2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 16),
         (1024, 64, 8), (1024, 64, 16)),
 }
-# The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 4096
-# values in 16-byte packs, four packs a thread (the step of the chapter that measures
-# it). Scratch sweeps, in turns with the register path and torch.compile (H200,
-# 2026-11-22, GB/s): 32768 x 2048: 4069 against 4007 (register) and 4040
-# (torch.compile); 16384 x 4096: 4067 / 4014 / 4166; 32768 x 4096: 4171 / 4144 / 4235.
-# At 1024 and 8192 values it tied the register path (4065 / 4091, 3996 / 4001), at
-# 16384 it lost (3807 / 4010); one or two packs a thread lost everywhere (2000-3300),
-# and so did 16-bit rows (fp16 8192 x 16384: 3615 / 3956).
-STREAMED_SHAPES = ((128, 16), (256, 16))
+# The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
+# values in 16-byte packs; two packs a thread up to 4096 values, as torch.compile's
+# kernel holds them (512 threads at 4096), four beyond. In turns with the shapes it had
+# before and torch.compile (H200, 2026-11-23, GB/s; before: 128 x 16 up to 2048, 256 x 16
+# up to 4096, the register path beyond, and Chan merges in pass 1): 65536 x 2048: 4203
+# against 4085 (torch.compile 4103); 50000 x 1536: 3996 / 3787 (3180); 32768 x 4096: 4183 /
+# 4172 (4244); 16384 x 4096: 4072 / 4048 (4114); 20000 x 6000: 4182 / 4041 (4025); 16384 x
+# 8192: 4102 / 4101 (4182). Two packs a thread had lost by 20% with Chan merges (3306
+# against 4093 at 65536 x 2048): the merges' divisions, at every level of a deeper tree.
+# At 16384 values the register path stays ahead (4086 against 3988 for 1024 x 16), and so
+# it does for 16-bit rows (fp16 8192 x 16384: 3615 against 3956, 2026-11-22).
+STREAMED_SHAPES = ((256, 8), (512, 8), (512, 16))
 STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
 # The lane-group path: rows of up to WARP_MAX_COLS values, in blocks of one warp, as
 # torch.compile's generated kernels run them (num_warps 1). Scratch sweeps, in turns with
@@ -242,7 +245,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     weight and bias with the row. Longer rows: the row in the registers of a block, or of a
     cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
     values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
-    re-reads the row. fp32 rows of 1025 to 4096 values in 16-byte packs are read twice,
+    re-reads the row. fp32 rows of 1025 to 8192 values in 16-byte packs are read twice,
     with cache hints (the streamed path), as torch.compile's kernel does; ``streamed=False``
     gives the register path there instead (the chapter compares the two)."""
     itemsize = np_dtype(dtype).itemsize

@@ -152,9 +152,39 @@ __device__ __forceinline__ void load_slice(P (&packs)[kPacks], const P* slice, i
         if (p * Stride + lane < slice_packs) packs[p] = load(slice, p * Stride + lane);
 }
 
-// The thread's own (count, mean, M2) of x - shift, exactly: its values are in
-// registers, so two passes over them cost no memory traffic: the mean, then the
-// squares about it.
+// How the threads that share a row add up a float, each of them receiving the total.
+// A lane group: GroupWidth consecutive lanes of a warp; shuffles, no barrier.
+template <int GroupWidth>
+struct LaneGroup {
+    template <int Round>
+    __device__ static float sum(float v) { return warp_reduce<Sum, GroupWidth>(v); }
+};
+// A block: each warp's total goes to shared memory, one barrier, then every warp adds
+// the BlockSize / 32 totals in groups of that many lanes: no more shuffle rounds than
+// the warps need (block_merge's second stage takes five). Each Round has its own slots,
+// so two sums in a row need no barrier between them.
+template <int BlockSize>
+struct WholeBlock {
+    template <int Round>
+    __device__ static float sum(float v) {
+        constexpr int kWarps = BlockSize / 32;
+        static_assert(BlockSize % 32 == 0 && (kWarps & (kWarps - 1)) == 0, "a power of two of whole warps");
+        __shared__ float warp_totals[kWarps];
+        v = warp_reduce<Sum>(v);
+        if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = v;
+        __syncthreads();
+        return warp_reduce<Sum, kWarps>(warp_totals[threadIdx.x % kWarps]);
+    }
+};
+
+// The (count, mean, M2) of x - shift over a slice of slice_packs packs that Threads
+// hold together in registers, each thread kPacks of them (pack p at p * Stride +
+// lane): two passes over the registers, which cost no memory traffic, and two sums
+// over the threads. The first pass and sum give the mean, the second the squares
+// about it. A merge of (count, mean, M2) states (Chan's rule) exchanges three words
+// and divides at every level of its tree; this exchanges one float a level and
+// divides once. It measured faster in lane groups of 16-bit rows and in the streamed
+// path's blocks (where they use it, with the numbers).
 //
 // Why a shift: Welford's states fix the variance, but the mean is still a float,
 // rounded at every merge; on inputs like 1e4 + N(0, 1) that is a few ulps of 1e4
@@ -164,6 +194,39 @@ __device__ __forceinline__ void load_slice(P (&packs)[kPacks], const P* slice, i
 // other, as on such inputs; always, for 16-bit inputs widened to float), and
 // their mean is small, so its rounding is too. The output is then
 // ((x - shift) - mean') * rstd, and the mean the caller gets is shift + mean'.
+template <typename Threads, int Stride, typename T, int kPack, int kPacks>
+__device__ __forceinline__ MeanM2 slice_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long slice_packs,
+                                               float shift) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if (p * Stride + lane < slice_packs) {
+#pragma unroll
+            for (int k = 0; k < kPack; ++k) sum += widen(packs[p].values[k]) - shift;
+        }
+    }
+    const float count = static_cast<float>(slice_packs * kPack);
+    const float total = Threads::template sum<0>(sum);  // every thread sums, even one past the last row
+    const float mean = slice_packs > 0 ? total / count : 0.0f;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        if (p * Stride + lane < slice_packs) {
+#pragma unroll
+            for (int k = 0; k < kPack; ++k) {
+                const float d = widen(packs[p].values[k]) - shift - mean;
+                m2 += d * d;
+            }
+        }
+    }
+    return {count, mean, Threads::template sum<1>(m2)};
+}
+
+// The thread's own (count, mean, M2) of x - shift, in the same two passes, for Chan's
+// merges (the State: which division they use). Its loops are slice_mean_m2's with the
+// count taken on the way; written out, not calling it: with the count computed apart,
+// the compiler allocated the cluster kernels differently (16-bit, narrow packs: 84 ->
+// 127 registers, spills at 1024 threads).
 template <int Stride, typename State = MeanM2, typename T, int kPack, int kPacks>
 __device__ __forceinline__ State thread_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long slice_packs,
                                                 float shift) {
@@ -190,44 +253,6 @@ __device__ __forceinline__ State thread_mean_m2(const Pack<T, kPack> (&packs)[kP
         }
     }
     return {static_cast<float>(count), mean, m2};
-}
-
-// A lane group's (count, mean, M2) of its row's x - shift, in two passes over the
-// registers and two float reductions (shuffles of one word): the group's sum, so
-// every lane has the mean, then the group's sum of squares about that mean. A merge
-// of (count, mean, M2) states shuffles three words and divides in each of its
-// log2(GroupWidth) rounds; this has two shuffles a round and one division. Used for
-// 16-bit rows, where it measured faster (H200, 2026-11-23, in turns with the merges:
-// bf16 131072 x 1024 3,932 -> 4,050 GB/s, fp16 174763 x 768 3,831 -> 3,977, fp16
-// 524288 x 256 4,013 -> 4,034; 512 and 1024 level). fp32 rows keep the merges: there
-// it measured level at 256 and 512 and 3.5% slower at 1024 (4,101 -> 3,957), cause
-// not found. Errors on 1e4 + N(0, 1) inputs were the same or smaller.
-template <int GroupWidth, typename T, int kPack, int kPacks>
-__device__ __forceinline__ MeanM2 group_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long row_packs,
-                                               float shift) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        if (p * GroupWidth + lane < row_packs) {
-#pragma unroll
-            for (int k = 0; k < kPack; ++k) sum += widen(packs[p].values[k]) - shift;
-        }
-    }
-    const float count = static_cast<float>(row_packs * kPack);
-    const float total = warp_reduce<Sum, GroupWidth>(sum);  // every lane shuffles, even past the last row
-    const float mean = row_packs > 0 ? total / count : 0.0f;
-    float m2 = 0.0f;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-        if (p * GroupWidth + lane < row_packs) {
-#pragma unroll
-            for (int k = 0; k < kPack; ++k) {
-                const float d = widen(packs[p].values[k]) - shift - mean;
-                m2 += d * d;
-            }
-        }
-    }
-    return {count, mean, warp_reduce<Sum, GroupWidth>(m2)};
 }
 
 // Weight and bias: the same cols values for every row, so after the first rows
@@ -314,9 +339,13 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight), reinterpret_cast<const P*>(bias),
                                                            lane, row_packs);
     const float shift = row < rows ? widen(x[row * cols]) : 0.0f;
+    // 16-bit rows: two sums within the group (H200, 2026-11-23, in turns with the merges: bf16
+    // 131072 x 1024 3,932 -> 4,050 GB/s, fp16 174763 x 768 3,831 -> 3,977, fp16 524288 x 256
+    // 4,013 -> 4,034; 512 and 1024 level). fp32 rows keep the merges: there the sums measured level
+    // at 256 and 512 values and 3.5% slower at 1024 (4,101 -> 3,957), cause not found.
     MeanM2 state;
-    if constexpr (sizeof(T) == 2)  // see group_mean_m2
-        state = group_mean_m2<GroupWidth>(packs, lane, row_packs, shift);
+    if constexpr (sizeof(T) == 2)
+        state = slice_mean_m2<LaneGroup<GroupWidth>, GroupWidth>(packs, lane, row_packs, shift);
     else
         state = warp_merge<MeanM2, GroupWidth>(thread_mean_m2<GroupWidth>(packs, lane, row_packs, shift));
     if (row >= rows) return;  // ...but shuffles with the others first
@@ -401,9 +430,12 @@ __device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
 
 // Step 5, the row read twice, as torch.compile's generated kernel does it for fp32
 // rows of a few thousand values: a block per row, ColsPerThread values a thread.
-// Pass 1 loads the row, takes each thread's exact (count, mean, M2) of x - x[row][0]
-// and merges them in the block, as the register path does; the values are then
-// dropped, not kept. Pass 2 loads the row again, with weight and bias, and stores.
+// Pass 1 loads the row and takes its mean and M2 of x - x[row][0] in two passes over
+// the registers and two block sums (slice_mean_m2); the values are then dropped, not
+// kept. Chan's merges of the threads' states, as the register path takes them,
+// measured far slower in the shapes of two packs a thread (H200, 2026-11-23, in turns
+// with float sums: fp32 65536 x 2048 in 256 x 8, 3,306 against 4,222 GB/s; 32768 x 4096
+// in 512 x 8, with the fast division, 3,822 against 4,137) and level at 512 x 16. Pass 2 loads the row again, with weight and bias, and stores.
 // The row crosses HBM once only if the second read finds it on chip, so the loads
 // carry cache hints (CacheHints): pass 1 asks L1 and L2 to keep the row
 // (evict_last), pass 2 says it is the last use (evict_first), so that the row makes
@@ -429,7 +461,7 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         load_slice<BlockSize>(packs, in, threadIdx.x, row_packs,
                               [keep](const P* slice, int index) { return load_with_hint<kFirstRead>(&slice[index], keep); });
         shift = widen(x[row * cols]);
-        state = block_merge<MeanM2, BlockSize>(thread_mean_m2<BlockSize>(packs, threadIdx.x, row_packs, shift));
+        state = slice_mean_m2<WholeBlock<BlockSize>, BlockSize>(packs, threadIdx.x, row_packs, shift);
     }
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);

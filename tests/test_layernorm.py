@@ -35,15 +35,16 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
 
 def test_the_streamed_path_reads_the_row_twice_with_its_cache_hints():
     """Pass 1 loads each pack with evict_last (EL), pass 2 again with evict_first (EF),
-    weight and bias through the read-only path; without hints, the same loads carry none."""
-    for blocks, per_thread in ((128, 16), (256, 16), (64, 32)):
+    weight and bias through the read-only path; without hints, the same loads carry none.
+    The dispatcher's shapes, and one with more packs a thread."""
+    for blocks, per_thread in ((256, 8), (512, 8), (512, 16), (64, 32)):
         hinted = LayerNormVariant("streamed", "float32", 4, blocks, per_thread)
         plain = LayerNormVariant("streamed", "float32", 4, blocks, per_thread, cache_hints=False)
         packs = per_thread // 4
         ops = _opcodes(hinted)
         assert ops["LDG.E.EL.128"] == packs and ops["LDG.E.EF.128"] == packs, ops
         assert ops["LDG.E.128.CONSTANT"] == 2 * packs and ops["STG.E.128"] == packs, ops
-        assert ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops  # one block merge
+        assert ops["BAR.SYNC.DEFER_BLOCKING"] == 2, ops  # two block sums: the mean, then the squares about it
         ops = _opcodes(plain)
         assert not any(".EL" in op or ".EF" in op for op in ops), ops
         assert ops["LDG.E.128.CONSTANT"] == 4 * packs and ops["STG.E.128"] == packs, ops  # x twice, weight, bias
@@ -98,13 +99,15 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 8)
     assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 32, 32, 1)
     assert variant_for(2048, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 32)  # past 1024 values
-    for cols in (4097, 16384, 65536, 262144, 524288):
+    for cols in (8193, 16384, 65536, 262144, 524288):
         v = variant_for(cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
-    # fp32 rows of 1025 to 4096 values in 16-byte packs are read twice; with other packs,
+    # fp32 rows of 1025 to 8192 values in 16-byte packs are read twice; with other packs,
     # and in 16-bit formats, the row stays in registers
-    assert variant_for(1028, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 128, 16)
-    assert variant_for(4096, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 256, 16)
+    assert variant_for(1028, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 256, 8)
+    assert variant_for(4096, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 512, 8)
+    assert variant_for(4100, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 512, 16)
+    assert variant_for(8196, "float32", 4).path == "cluster"
     assert variant_for(2050, "float32", 2).path == variant_for(2048, "float16", 8).path == "cluster"
     assert variant_for(524289, "float32", 4).path == "block_fused"
     assert variant_for(1048577, "float16", 8) == LayerNormVariant("block_fused", "float16", 8, 1024)
@@ -183,6 +186,7 @@ VARIANTS += [LayerNormVariant("block_fused", d, 2, 256, statistics=s) for d in (
              for s in ("welford", "sum_squares")]
 VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("unfused", "float32", 1, 1024)]
 VARIANTS += [LayerNormVariant("streamed", "float32", 4, 128, 16, cache_hints=h) for h in (True, False)]
+VARIANTS += [LayerNormVariant("streamed", "float32", 4, b, c) for b, c in ((256, 8), (512, 8), (512, 16))]
 VARIANTS += [LayerNormVariant("streamed", d, 8, 64, 32) for d in ("float16", "bfloat16")]
 
 
