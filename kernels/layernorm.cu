@@ -432,10 +432,14 @@ __device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
 // rows of a few thousand values: a block per row, ColsPerThread values a thread.
 // Pass 1 loads the row and takes its mean and M2 of x - x[row][0] in two passes over
 // the registers and two block sums (slice_mean_m2); the values are then dropped, not
-// kept. Chan's merges of the threads' states, as the register path takes them,
-// measured far slower in the shapes of two packs a thread (H200, 2026-11-23, in turns
-// with float sums: fp32 65536 x 2048 in 256 x 8, 3,306 against 4,222 GB/s; 32768 x 4096
-// in 512 x 8, with the fast division, 3,822 against 4,137) and level at 512 x 16. Pass 2 loads the row again, with weight and bias, and stores.
+// kept. Pass 2 loads the row again, with weight and bias, and stores.
+// Chan's merges of the threads' states, as the register path takes them, measured far
+// slower with two packs a thread (H200, 2026-11-23, in turns with the sums: fp32
+// 65536 x 2048 in 256 x 8, 3,306 against 4,222 GB/s; 32768 x 4096 in 512 x 8, with the
+// fast division, 3,822 against 4,137). In 512 x 16 it is mixed: with the fast division
+// the merges were ahead on full rows (16384 x 8192: 4,191 against 4,088; 30011 x 8192:
+// 4,256 against 4,117) and behind on ragged ones (20000 x 6000: 3,890 against 4,193);
+// why, not found. The sums serve every shape.
 // The row crosses HBM once only if the second read finds it on chip, so the loads
 // carry cache hints (CacheHints): pass 1 asks L1 and L2 to keep the row
 // (evict_last), pass 2 says it is the last use (evict_first), so that the row makes
