@@ -106,7 +106,10 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 32, early_affine=True)
     assert variant_for(256, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 16, early_affine=True)
     assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 8)
-    assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 32, 32, early_affine=True)
+    # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
+    assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
+    assert variant_for(768, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 24, 32)
+    assert variant_for(520, "float32", 4).cols_per_thread == 20 and variant_for(513, "float16", 1).cols_per_thread == 17
     assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)
     assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 8)
     assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 32, 32, 1)
