@@ -282,19 +282,17 @@ CLUSTER_SHAPES = {
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, each lane holding at least 8 values (and a whole pack), the group just
-    wide enough for the row. Longer rows, up to 2^19 values (fp32, bf16, odd lengths) or
-    2^20 (fp16): the row on chip in a block, or in a cluster of blocks: the first of CLUSTER_SHAPES
-    that holds it. Longer still: the uncached block, online (two reads of the row)."""
+    wide enough for the row. Longer rows, up to 2^19 values (fp32, odd lengths) or 2^20
+    (fp16, bf16): the row on chip in a block, or in a cluster of blocks: the first of
+    CLUSTER_SHAPES that holds it. Longer still: the uncached block, online (two reads of the row)."""
     if cols <= 1024:
         per_thread = max(pack, 8, power_of_two_at_least(-(-cols // 32)))
         group = min(32, power_of_two_at_least(-(-cols // per_thread)))
         return SoftmaxVariant("warp", dtype, pack, 128, per_thread, group, 1, log=log)
     # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
-    # takes a whole register, as a float does; so does bf16, which the compiler unpacks
-    # into a register per value (PRMT: 64 bf16 values a thread need 94 registers and
-    # spill in 1024-thread blocks; fp16, 59). Measured: 3047 against 2774 GB/s at
-    # 2048 x 65536, though 3259 against 3493 at 8192 x 16384.
-    register_bytes = 4 if pack == 1 or dtype == "bfloat16" else np_dtype(dtype).itemsize
+    # takes a whole register, as a float does; packed 16-bit values take half of one (bf16
+    # too, widened from whole words: widen_at in rows.cuh).
+    register_bytes = 4 if pack == 1 else np_dtype(dtype).itemsize
     for block, per_thread, cluster, shared in CLUSTER_SHAPES[register_bytes]:
         if block * (per_thread + shared) * cluster >= cols and per_thread >= pack:
             return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,

@@ -15,26 +15,6 @@
 #include "reduce.cuh"
 #include "rows.cuh"
 
-// Value k of a pack, as a float. A bf16 is the top half of a float: a pair of them in one
-// 32-bit word widens with a shift (the low one) and a mask (the high one), the word kept
-// whole. Widened one bf16 at a time (the header's conversion takes a 16-bit register),
-// every word was split in two registers first (PRMT): a row held in bf16 took half as
-// many registers again as in fp16 (the cluster path's 256 x 64: 96 against 64), so half
-// the blocks an SM. H200, 2026-11-23, in turns: bf16 8192 x 16384 3,344 -> 4,003 GB/s
-// (torch.compile 3,982); 2048 x 65536 2,089 -> 3,180 (its spills gone); lane groups +0.2-3.6%.
-template <typename T, int N>
-__device__ __forceinline__ float widen_at(const Pack<T, N>& pack, int k) { return widen(pack.values[k]); }
-template <int N>
-__device__ __forceinline__ float widen_at(const Pack<__nv_bfloat16, N>& pack, int k) {
-    if constexpr (N == 1) {
-        return widen(pack.values[0]);  // a lone value: no pair to keep whole
-    } else {
-        unsigned word;
-        memcpy(&word, &pack.values[k & ~1], 4);
-        return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
-    }
-}
-
 // Step 2's statistics: the sum and the sum of squares, merged by adding both;
 // then var = E[x²] - E[x]². One pass, one reduction of two floats, and a
 // numerical trap: when |mean| is large against the spread, E[x²] and E[x]² are

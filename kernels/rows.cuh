@@ -1,6 +1,7 @@
-// What the row kernels share (softmax, chapter 4; LayerNorm, chapter 5): storing
-// a pack as one access, and reductions whose partial result is more than one
-// float (softmax's running (max, sum), LayerNorm's (count, mean, M2)).
+// What the row kernels share (softmax, chapter 4; LayerNorm, chapter 5): widening
+// a value of a pack held in registers, storing a pack as one access, and
+// reductions whose partial result is more than one float (softmax's running
+// (max, sum), LayerNorm's (count, mean, M2)).
 //
 // A State is a struct of 4-byte fields with
 //     static State identity();                 // merges with anything as a no-op
@@ -10,6 +11,28 @@
 // thread-block cluster. Merging whole states, instead of reducing one float and
 // then another, is what lets a row's two statistics cost one reduction.
 #pragma once
+#include "convert.cuh"
+#include "pack.cuh"
+
+// Value k of a pack, as a float. A bf16 is the top half of a float: a pair of them in one
+// 32-bit word widens with a shift (the low one) and a mask (the high one), the word kept
+// whole. Widened one bf16 at a time (the header's conversion takes a 16-bit register),
+// every word was split in two registers first (PRMT): a row held in bf16 took half as
+// many registers again as in fp16 (LayerNorm's cluster path, 256 x 64: 96 against 64), so
+// half the blocks an SM. H200, 2026-11-23, in turns: LayerNorm bf16 8192 x 16384 3,344 ->
+// 4,003 GB/s (torch.compile 3,982); 2048 x 65536 2,089 -> 3,180 (its spills gone).
+template <typename T, int N>
+__device__ __forceinline__ float widen_at(const Pack<T, N>& pack, int k) { return widen(pack.values[k]); }
+template <int N>
+__device__ __forceinline__ float widen_at(const Pack<__nv_bfloat16, N>& pack, int k) {
+    if constexpr (N == 1) {
+        return widen(pack.values[0]);  // a lone value: no pair to keep whole
+    } else {
+        unsigned word;
+        memcpy(&word, &pack.values[k & ~1], 4);
+        return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
+    }
+}
 
 // One store of a whole pack as a single access of its size. A plain `*dst = pack`
 // is what the other chapters use; in softmax's cluster kernel NVVM split that

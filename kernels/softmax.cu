@@ -285,15 +285,22 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // and a cluster half the size (or none). Those packs arrive by cp.async, without
 // registers, and each thread reads back only its own slots: no barrier.
 // ClusterSize 1 is a block per row.
-// The packs stay in the storage type: an fp16 row takes half the registers of a
-// float one, so twice the bytes can be in flight per SM. For 16-bit rows (not
-// log-softmax) each value is then replaced by exp(x - thread max), rounded to the
-// storage type, as the sum is taken, and the end is one multiply per value:
-// y = e * exp(thread max - row max) / sum (one more rounding: under 1e-3 in fp16,
-// 8e-3 in bf16, the tests' bounds). Recomputing exp at the end, as fp32 rows still
-// do, left the SM computing between its loads and its stores while it holds the
-// only block: fp16 512 x 262144 went 3,590 -> 3,650 GB/s, bf16 2,910 -> 3,090 (H200,
-// 2026-11-22). For fp32 rows in clusters the same change measured 4% slower (65536:
+// The packs stay in the storage type: a 16-bit row takes half the registers of a
+// float one, so twice the bytes can be in flight per SM. bf16 needs care for that:
+// each value is widened from its pack's 32-bit word (widen_at, rows.cuh), and the
+// kept exponentials below go into a new pack, not back into the one being read.
+// Writing a value into the word its neighbour is still to be widened from made the
+// compiler split every bf16 word into two registers (fp16 did not): 80-88 registers
+// against fp16's 48-59, so bf16 rows had to take the float shapes (twice the
+// threads or the cluster). H200, 2026-11-23, in turns: bf16 2048 x 65536 3,443 ->
+// 4,007 GB/s, 512 x 262144 3,088 -> 3,370, 8192 x 16384 3,807 -> 4,057.
+// For 16-bit rows (not log-softmax) each value is then replaced by exp(x - thread
+// max), rounded to the storage type, as the sum is taken, and the end is one
+// multiply per value: y = e * exp(thread max - row max) / sum (one more rounding:
+// under 1e-3 in fp16, 8e-3 in bf16, the tests' bounds). Recomputing exp at the end,
+// as fp32 rows still do, left the SM computing between its loads and its stores
+// while it holds the only block: fp16 512 x 262144 went 3,590 -> 3,650 GB/s, bf16
+// (in the float shapes) 2,910 -> 3,090 (H200, 2026-11-22). For fp32 rows in clusters the same change measured 4% slower (65536:
 // 3,885 -> 3,735), cause not found, so they keep the second exp.
 // Every load of a thread is issued before any is used (up to 128 bytes in flight
 // per thread), the row crosses HBM once, and max and sum come from ONE reduction
@@ -379,7 +386,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
         if (i < my_packs) {
             const P pack = pack_at(i);
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen(pack.values[k]));
+            for (int k = 0; k < PackSize; ++k) thread_max = fmaxf(thread_max, widen_at(pack, k));
         }
     }
     clock_phase(2);
@@ -389,14 +396,15 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
         if (i < my_packs) {
-            P pack = pack_at(i);
+            const P pack = pack_at(i);
+            P kept;
 #pragma unroll
             for (int k = 0; k < PackSize; ++k) {
-                const float e = fast_exp(widen(pack.values[k]) - shift);
+                const float e = fast_exp(widen_at(pack, k) - shift);
                 thread_sum += e;
-                if constexpr (kKeepExp) pack.values[k] = narrow<T>(e);
+                if constexpr (kKeepExp) kept.values[k] = narrow<T>(e);
             }
-            if constexpr (kKeepExp) pack_at(i) = pack;  // a shared pack: this thread's own slot, no barrier
+            if constexpr (kKeepExp) pack_at(i) = kept;  // a shared pack: this thread's own slot, no barrier
         }
     }
     MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
@@ -418,8 +426,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             P pack;
 #pragma unroll
             for (int k = 0; k < PackSize; ++k)
-                pack.values[k] = kKeepExp ? narrow<T>(widen(values.values[k]) * scale)
-                                          : narrow<T>(finish<Log>(widen(values.values[k]), row_state.max, norm));
+                pack.values[k] = kKeepExp ? narrow<T>(widen_at(values, k) * scale)
+                                          : narrow<T>(finish<Log>(widen_at(values, k), row_state.max, norm));
             store_pack(&my_out[i * BlockSize], pack);
         }
     }

@@ -1,5 +1,7 @@
 """Softmax (head start of chapter 4): machine code without a GPU; every path against
 float64 with invariants on the GPU."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,7 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
     assert variant_for(64, 1048577, "float16", 8) == SoftmaxVariant("block_uncached", "float16", 8, 1024, online=True)
     assert variant_for(64, 524289, "float32", 4).path == "block_uncached"
+    assert variant_for(64, 1048576, "bfloat16", 8).path == "cluster"  # as fp16: two values a register
     assert variant_for(64, 3000, "float16", 8, log=True).log
 
 
@@ -158,6 +161,24 @@ def test_no_kernel_the_dispatcher_picks_spills(log):
                 # may spill (fp32: 44 bytes, 52 for log-softmax with NVRTC 13.0; the exps kept
                 # in flight), never the row (128 bytes of registers and 128 of shared memory a thread).
                 assert spilled <= (0 if pack > 1 else 56), (v, spilled)
+
+
+def test_bf16_rows_take_the_shapes_and_registers_of_fp16_rows():
+    """A bf16 row held in registers costs what an fp16 row costs: each value is widened from
+    its 32-bit word (widen_at) and the kept exponentials go into a fresh pack. Written back
+    into the pack being read, every bf16 word was split into two registers: 80-88 where fp16
+    takes 48-59, so bf16 rows took the float shapes (2048 x 65536: 3.4 against 4.0 TB/s)."""
+    names = {}
+    for log in (False, True):
+        for cols in (2048, 4096, 16384, 65536, 262144, 1048576):
+            for pack in (8, 2):
+                half, bf16 = (variant_for(64, cols, dtype, pack, log=log) for dtype in ("float16", "bfloat16"))
+                assert half.path == "cluster" and bf16 == dataclasses.replace(half, dtype="bfloat16"), (half, bf16)
+                names[half.name_expression] = bf16.name_expression
+    compiled = compile_kernels("kernels/softmax.cu", [*names, *names.values()], arch="sm_90")
+    for half, bf16 in names.items():
+        registers = [compiled.resources(n).registers for n in (half, bf16)]
+        assert registers[1] <= registers[0] + 8 and not compiled.resources(bf16).spills, (bf16, registers)
 
 
 def test_the_dispatcher_holds_the_longest_rows_on_chip(gpu):
