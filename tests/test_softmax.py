@@ -107,7 +107,8 @@ def test_shift_invariance_masks_and_fp16_limits(gpu):
 
 def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block():
     assert variant_for(4096, 128, "float32", 4).path == "warp"
-    assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 8, 4, 1)
+    assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 4, 8, 1)  # 16 bytes a lane
+    assert variant_for(4096, 32, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 1)
     for cols in (1025, 4096, 16384, 65536, 262144, 524288):
         v = variant_for(64, cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
