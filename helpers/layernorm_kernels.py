@@ -22,7 +22,7 @@ from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, random_normal,
                        row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
                        widest_pack_for)
-from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
+from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
 
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -247,8 +247,8 @@ WARP_MAX_COLS = 1024
 def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
     """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row
     in registers, each lane holding at least 64 bytes (and a whole pack), the group just
-    wide enough for the row (a whole warp: each lane as many packs as the row needs); fp32 rows of 256 values and more, in 16-byte packs, load
-    weight and bias with the row. Longer rows: the row in the registers of a block, or of a
+    wide enough for the row (a whole warp: each lane as many packs as the row needs);
+    fp32 rows of 256 values and more, in 16-byte packs, load weight and bias with the row. Longer rows: the row in the registers of a block, or of a
     cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
     values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
     re-reads the row. fp32 rows of 1025 to 8192 values in 16-byte packs are read twice,
@@ -256,8 +256,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     gives the register path there instead (the chapter compares the two)."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= WARP_MAX_COLS:
-        per_thread = max(pack, 64 // itemsize, power_of_two_at_least(-(-cols // 32)))
-        group = min(32, power_of_two_at_least(-(-cols // per_thread)))
+        per_thread, group = lane_group_shape(cols, pack, itemsize, 64)
         if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
             per_thread = -(-cols // (32 * pack)) * pack
         return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,

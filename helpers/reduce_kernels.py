@@ -258,6 +258,15 @@ def power_of_two_at_least(value: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
+def lane_group_shape(cols: int, pack: int, itemsize: int, least_bytes: int) -> tuple[int, int]:
+    """(values per lane, lanes per row) for a row of ``cols`` values held in the registers
+    of a group of lanes: each lane holds a whole pack and at least ``least_bytes`` of the
+    row (fewer lanes to reduce across), and the group, a power of two up to a warp, is
+    just wide enough for the row."""
+    per_thread = max(pack, least_bytes // itemsize, power_of_two_at_least(-(-cols // 32)))
+    return per_thread, min(32, power_of_two_at_least(-(-cols // per_thread)))
+
+
 def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
     """The dispatcher's choice for rows of ``cols`` float32 values, as a library would
     make it (the chapter measures each rule). Rows up to 1024 long get a group of

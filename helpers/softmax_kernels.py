@@ -21,7 +21,7 @@ from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, row_scratch,
                        torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
-from .reduce_kernels import GROUP_WIDTHS, power_of_two_at_least
+from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
 
 SOURCE = "softmax.cu"
 SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -279,21 +279,38 @@ CLUSTER_SHAPES = {
 }
 
 
+# The lane-group path's block: 32 or 64 threads when the block still moves at least
+# MIN_BLOCK_BYTES (its rows read and written), else 128. Smaller blocks put more of them on
+# an SM, so more rows in flight and a shorter last wave, but the H200 starts about 1.65e9
+# blocks a second (an empty kernel of 2^20 blocks: 634 us at 32, 64 and 128 threads;
+# 2026-11-23), so a block that moves too few bytes is paid for in starts: rows of 128 fp32
+# values at 256 MiB in 32-thread blocks need 524288 of them, 318 us of starts, against 130
+# us for the bytes. In turns with torch.compile (us, 128-thread blocks -> this rule,
+# torch.compile): fp32 131072 x 512 132.1 -> 130.6 (130.0), 65536 x 1024 133.1 -> 131.7
+# (130.3); fp16 131072 x 1024 133.3 -> 130.8 (130.0); bf16 133.2 -> 130.7 (129.8); log fp32
+# 131072 x 1024 260.9 -> 256.8 (258.8); rows of 256 fp32 values level (131.6 -> 131.4).
+LANE_GROUP_BLOCKS = (32, 64)
+MIN_BLOCK_BYTES = 4096
+
+
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, each lane holding at least 16 bytes of it (4 floats or 8 16-bit values, and a
-    whole pack), the group just wide enough for the row. Longer rows, up to 2^19 values
+    whole pack), the group just wide enough for the row; blocks of 32 or 64 threads where
+    such a block still moves MIN_BLOCK_BYTES, else 128. Longer rows, up to 2^19 values
     (fp32, odd lengths) or 2^20 (fp16, bf16): the row on chip in a block, or in a cluster of
     blocks: the first of CLUSTER_SHAPES that holds it. Longer still: the uncached block,
     online (two reads of the row)."""
+    itemsize = np_dtype(dtype).itemsize
     if cols <= 1024:
         # 16 bytes a lane, one fp32 pack: in turns on the H200 (2026-11-23), 4 fp32 values a lane
         # beat 8 at every row of 16 to 128 values, by 0.7-1.8% at 256 MiB (64: 130.0 against
         # 132.4 us) and 1-5% on the small seed shapes (65536 x 32: 9.28 against 9.55 us); lone
         # floats (odd lengths) too, at 31 by 41% (134.5 against 229.3 us), though not at 65536 x 33.
-        per_thread = max(pack, 16 // np_dtype(dtype).itemsize, power_of_two_at_least(-(-cols // 32)))
-        group = min(32, power_of_two_at_least(-(-cols // per_thread)))
-        return SoftmaxVariant("warp", dtype, pack, 128, per_thread, group, 1, log=log)
+        per_thread, group = lane_group_shape(cols, pack, itemsize, 16)
+        row_bytes = 2 * cols * itemsize  # read once, written once
+        block = next((b for b in LANE_GROUP_BLOCKS if b // group * row_bytes >= MIN_BLOCK_BYTES), 128)
+        return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
     # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
     # takes a whole register, as a float does; packed 16-bit values take half of one (bf16
     # too, widened from whole words: widen_at in rows.cuh).
@@ -490,5 +507,6 @@ def sanitizer_cases():
     cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
     cases += [case(ft_style_for(6, 77, d, per_head_rows=4), (6, 77)) for d in ("float32", "float16")]
     cases += [dispatched(d, shape) for d in C_TYPES
-              for shape in ((1, 1), (5, 7), (4097, 33), (3, 3000), (2, 12289), (2, 100000), (1, 600000))]
+              for shape in ((1, 1), (5, 7), (4097, 33), (9, 512), (5, 1000), (3, 3000), (2, 12289), (2, 100000),
+                            (1, 600000))]
     return cases

@@ -11,7 +11,7 @@ from helpers.operands import np_dtype
 from helpers.compiler import compile_kernels
 from helpers.softmax_kernels import (C_TYPES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant, cache_layout_cycles,
                                      cluster_phases, ft_style_for, max_error, measure_dispatcher, reference, softmax,
-                                     variant_for)
+                                     MIN_BLOCK_BYTES, variant_for)
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
@@ -109,6 +109,15 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     assert variant_for(4096, 128, "float32", 4).path == "warp"
     assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 4, 8, 1)  # 16 bytes a lane
     assert variant_for(4096, 32, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 1)
+    # lane groups in blocks of 32 or 64 threads where such a block still moves MIN_BLOCK_BYTES
+    assert variant_for(4096, 1024, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 32, 32, 32, 1)
+    assert variant_for(4096, 256, "float32", 4).block_size == 64
+    assert variant_for(4096, 512, "float16", 8).block_size == 64
+    assert variant_for(4096, 256, "float16", 8).block_size == 128
+    for cols in range(1, 1025):
+        v = variant_for(4096, cols, "float32", 4 if cols % 4 == 0 else 1)
+        moved = v.block_size // v.group_width * 2 * cols * 4
+        assert v.block_size == 128 or moved >= MIN_BLOCK_BYTES, (cols, v)
     for cols in (1025, 4096, 16384, 65536, 262144, 524288):
         v = variant_for(64, cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
