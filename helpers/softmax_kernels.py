@@ -292,12 +292,25 @@ CLUSTER_SHAPES = {
 LANE_GROUP_BLOCKS = (32, 64)
 MIN_BLOCK_BYTES = 4096
 
+# Where a lane group would hold more than this many bytes of the row a lane (fp32 rows of 513
+# to 1024 values: 32 floats a lane), the row goes to a block of two warps instead, 16 values a
+# thread (the register path of the cluster kernel, one block per row): the same bytes in flight
+# per SM, twice the warps, half the registers (60 -> 32 a thread at 1024; 88 -> 48 for lone
+# floats). In turns with torch.compile on the H200 (2026-11-24, three rounds, us, lane group
+# -> two warps, torch.compile): 65536 x 1024 131.4-131.8 -> 129.6-130.8 (130.0-131.0), 67108 x
+# 1000 132.6-133.7 -> 131.1-132.0 (132.8-133.4), 65536 x 1023 137.7-138.4 -> 133.8-135.0
+# (143.3-143.4), 87381 x 768 131.5 -> 130.9 (131.7); 65536 x 600 level. 16-bit rows of 1024 in
+# two-warp blocks lost 3% (134.6 against 130.8), and never hold more than 64 bytes a lane.
+BLOCK_ROW_FROM_BYTES = 64
+
 
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, each lane holding at least 16 bytes of it (4 floats or 8 16-bit values, and a
     whole pack), the group just wide enough for the row; blocks of 32 or 64 threads where
-    such a block still moves MIN_BLOCK_BYTES, else 128. Longer rows, up to 2^19 values
+    such a block still moves MIN_BLOCK_BYTES, else 128. Where a lane would hold more than
+    BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024 values), a block of 64 threads per row,
+    16 values a thread, on the cluster kernel. Longer rows, up to 2^19 values
     (fp32, odd lengths) or 2^20 (fp16, bf16): the row on chip in a block, or in a cluster of
     blocks: the first of CLUSTER_SHAPES that holds it. Longer still: the uncached block,
     online (two reads of the row)."""
@@ -308,6 +321,8 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
         # 132.4 us) and 1-5% on the small seed shapes (65536 x 32: 9.28 against 9.55 us); lone
         # floats (odd lengths) too, at 31 by 41% (134.5 against 229.3 us), though not at 65536 x 33.
         per_thread, group = lane_group_shape(cols, pack, itemsize, 16)
+        if per_thread * itemsize > BLOCK_ROW_FROM_BYTES:  # fp32 rows of 513-1024 values
+            return SoftmaxVariant("cluster", dtype, pack, 64, per_thread // 2, cluster_size=1, log=log)
         row_bytes = 2 * cols * itemsize  # read once, written once
         block = next((b for b in LANE_GROUP_BLOCKS if b // group * row_bytes >= MIN_BLOCK_BYTES), 128)
         return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
@@ -440,7 +455,7 @@ def cluster_phases(rows: int, cols: int, dtype: str, *, runs: int = 3) -> dict:
     variant = variant_for(rows, cols, dtype, widest_pack_for(cols, dtype))
     if variant.path != "cluster":
         raise InputError(f"softmax() runs the {variant.path} path at {cols} columns; phases are timed on the "
-                         "cluster path (rows of 2048 values and more)")
+                         "cluster path (rows of more than 1024 values; fp32 rows of more than 512)")
     host, x, y = _matrix(rows, cols, dtype)
     clock = DeviceArray((rows * variant.cluster_size * PHASE_CLOCK_WORDS,), np.uint64)
     phases, spans = [], []

@@ -60,8 +60,9 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
         y.poison()
         variant = softmax(x, y)
         _check(host, y, dtype)
-        if cols <= 1024:
-            assert variant.path == "warp", (cols, variant)
+        if cols <= 1024:  # a lane group, or for fp32 rows past 512 values a block of two warps
+            expected = "cluster" if dtype == "float32" and cols > 512 else "warp"
+            assert variant.path == expected and variant.cluster_size == 1, (cols, variant)
 
 
 @pytest.mark.parametrize("path", ["block_cached", "block_uncached"])
@@ -110,14 +111,22 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 4, 8, 1)  # 16 bytes a lane
     assert variant_for(4096, 32, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 1)
     # lane groups in blocks of 32 or 64 threads where such a block still moves MIN_BLOCK_BYTES
-    assert variant_for(4096, 1024, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 32, 32, 32, 1)
+    assert variant_for(4096, 512, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 32, 16, 32, 1)
     assert variant_for(4096, 256, "float32", 4).block_size == 64
     assert variant_for(4096, 512, "float16", 8).block_size == 64
     assert variant_for(4096, 256, "float16", 8).block_size == 128
     for cols in range(1, 1025):
-        v = variant_for(4096, cols, "float32", 4 if cols % 4 == 0 else 1)
-        moved = v.block_size // v.group_width * 2 * cols * 4
-        assert v.block_size == 128 or moved >= MIN_BLOCK_BYTES, (cols, v)
+        for dtype, pack in (("float32", 4 if cols % 4 == 0 else 1), ("float16", 8 if cols % 8 == 0 else 1)):
+            v = variant_for(4096, cols, dtype, pack)
+            if v.path == "cluster":  # fp32 rows past 512 values: two warps of 16 values a thread
+                assert dtype == "float32" and cols > 512 and (v.block_size, v.cols_per_thread, v.cluster_size) == (64, 16, 1)
+                continue
+            assert v.path == "warp" and not (dtype == "float32" and cols > 512), (cols, v)
+            moved = v.block_size // v.group_width * 2 * cols * np_dtype(dtype).itemsize
+            assert v.block_size == 128 or moved >= MIN_BLOCK_BYTES, (cols, v)
+    assert variant_for(4096, 1024, "float32", 4) == SoftmaxVariant("cluster", "float32", 4, 64, 16, cluster_size=1)
+    assert variant_for(4096, 1023, "float32", 1, log=True) == SoftmaxVariant("cluster", "float32", 1, 64, 16,
+                                                                             cluster_size=1, log=True)
     for cols in (1025, 4096, 16384, 65536, 262144, 524288):
         v = variant_for(64, cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
@@ -229,7 +238,7 @@ def test_cluster_phases_time_the_dispatchers_kernel(gpu):
         assert 0 <= median <= p90
     assert 0 < phases["lifetime_us"] <= phases["span_us"]
     with pytest.raises(helpers.InputError, match="cluster path"):
-        cluster_phases(64, 1024, "float32")
+        cluster_phases(64, 512, "float32")
 
 
 def test_the_ladder_kernels_compile_as_described():
