@@ -323,13 +323,12 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
         per_thread, group = lane_group_shape(cols, pack, itemsize, 16)
         if per_thread * itemsize > BLOCK_ROW_FROM_BYTES:  # fp32 rows of 513-1024 values
             return SoftmaxVariant("cluster", dtype, pack, 64, per_thread // 2, cluster_size=1, log=log)
-        row_bytes = 2 * cols * itemsize  # read once, written once
-        block = next((b for b in LANE_GROUP_BLOCKS if b // group * row_bytes >= MIN_BLOCK_BYTES), 128)
+        block = next((b for b in LANE_GROUP_BLOCKS if bytes_moved(b // group, cols, dtype) >= MIN_BLOCK_BYTES), 128)
         return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
     # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
     # takes a whole register, as a float does; packed 16-bit values take half of one (bf16
     # too, widened from whole words: widen_at in rows.cuh).
-    register_bytes = 4 if pack == 1 else np_dtype(dtype).itemsize
+    register_bytes = 4 if pack == 1 else itemsize
     for block, per_thread, cluster, shared in CLUSTER_SHAPES[register_bytes]:
         if block * (per_thread + shared) * cluster >= cols and per_thread >= pack:
             return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,
