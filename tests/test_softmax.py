@@ -9,9 +9,9 @@ import helpers
 from helpers.device import DeviceArray
 from helpers.operands import np_dtype
 from helpers.compiler import compile_kernels
-from helpers.softmax_kernels import (C_TYPES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant, cache_layout_cycles,
-                                     cluster_phases, ft_style_for, max_error, measure_dispatcher, reference, softmax,
-                                     MIN_BLOCK_BYTES, variant_for)
+from helpers.softmax_kernels import (C_TYPES, MIN_BLOCK_BYTES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant,
+                                     bytes_moved, cache_layout_cycles, cluster_phases, ft_style_for, max_error,
+                                     measure_dispatcher, reference, softmax, variant_for)
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
@@ -122,7 +122,7 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
                 assert dtype == "float32" and cols > 512 and (v.block_size, v.cols_per_thread, v.cluster_size) == (64, 16, 1)
                 continue
             assert v.path == "warp" and not (dtype == "float32" and cols > 512), (cols, v)
-            moved = v.block_size // v.group_width * 2 * cols * np_dtype(dtype).itemsize
+            moved = bytes_moved(v.block_size // v.group_width, cols, dtype)
             assert v.block_size == 128 or moved >= MIN_BLOCK_BYTES, (cols, v)
     assert variant_for(4096, 1024, "float32", 4) == SoftmaxVariant("cluster", "float32", 4, 64, 16, cluster_size=1)
     assert variant_for(4096, 1023, "float32", 1, log=True) == SoftmaxVariant("cluster", "float32", 1, 64, 16,
