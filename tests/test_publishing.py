@@ -31,6 +31,14 @@ def test_ci_runs_the_readme_commands():
     assert readme_command("Run the tests") in ci and readme_command("Build the book") in ci
 
 
+def test_the_book_leaves_out_the_virtual_environment_the_readme_creates():
+    # The README creates its environment inside the project; the build reads every page under
+    # the root, and the packages' own README.md files would fail `jupyter-book build . -W`.
+    found = re.search(r"python3 -m venv (\S+)", README)
+    assert found, "no `python3 -m venv` command in README.md"
+    assert found.group(1) in CONFIG["exclude_patterns"]
+
+
 def test_the_config_has_what_readers_expect():
     assert CONFIG["execute"]["execute_notebooks"] == "off"  # built from the GPU run's outputs
     assert CONFIG["repository"]["url"].startswith("https://github.com/")
