@@ -279,18 +279,30 @@ CLUSTER_SHAPES = {
 }
 
 
-# The lane-group path's block: 32 or 64 threads when the block still moves at least
-# MIN_BLOCK_BYTES (its rows read and written), else 128. Smaller blocks put more of them on
-# an SM, so more rows in flight and a shorter last wave, but the H200 starts about 1.65e9
-# blocks a second (an empty kernel of 2^20 blocks: 634 us at 32, 64 and 128 threads;
-# 2026-11-23), so a block that moves too few bytes is paid for in starts: rows of 128 fp32
-# values at 256 MiB in 32-thread blocks need 524288 of them, 318 us of starts, against 130
-# us for the bytes. In turns with torch.compile (us, 128-thread blocks -> this rule,
-# torch.compile): fp32 131072 x 512 132.1 -> 130.6 (130.0), 65536 x 1024 133.1 -> 131.7
-# (130.3); fp16 131072 x 1024 133.3 -> 130.8 (130.0); bf16 133.2 -> 130.7 (129.8); log fp32
-# 131072 x 1024 260.9 -> 256.8 (258.8); rows of 256 fp32 values level (131.6 -> 131.4).
-LANE_GROUP_BLOCKS = (32, 64)
+# The lane-group path's block: 64 threads when the block still moves at least MIN_BLOCK_BYTES
+# (its rows read and written), else 128. Smaller blocks put more of them on an SM, so more
+# rows in flight and a shorter last wave, but the H200 starts about 1.65e9 blocks a second (an
+# empty kernel of 2^20 blocks: 634 us at 32, 64 and 128 threads; 2026-11-23), so a block that
+# moves too few bytes is paid for in starts: rows of 128 fp32 values at 256 MiB in 32-thread
+# blocks need 524288 of them, 318 us of starts, against 130 us for the bytes. In turns with
+# torch.compile (us, 128-thread blocks -> 32 or 64, torch.compile; 2026-11-23): fp32 131072 x
+# 512 132.1 -> 130.6 (130.0), 65536 x 1024 133.1 -> 131.7 (130.3); fp16 131072 x 1024 133.3 ->
+# 130.8 (130.0); bf16 133.2 -> 130.7 (129.8); log fp32 131072 x 1024 260.9 -> 256.8 (258.8).
+# 32-thread blocks, where the rule had allowed them, then lost to 64 or tied (2026-11-24, three
+# rounds: fp32 131072 x 512 131.4 against 130.7; fp16 and bf16 131072 x 1024 131.6 both).
+LANE_GROUP_BLOCK = 64
 MIN_BLOCK_BYTES = 4096
+
+# Rows longer than SHORT_ROW_COLS give each lane at least LANE_VALUES values (64 bytes of fp32, 32
+# of a 16-bit type), so rows of 129 to 256 values take groups of 16 lanes instead of 32, and the
+# groups sit in 64-thread blocks wherever those move MIN_BLOCK_BYTES. Shorter rows keep 16 bytes a
+# lane (see variant_for). In turns with torch.compile on the H200 (2026-11-24, three rounds, 256
+# MiB, us, 16 bytes a lane -> this rule, torch.compile): fp32 262144 x 256 131.5 -> 130.5 (131.8),
+# 349525 x 192 132.1 -> 131.4 (132.0); fp16 524288 x 256 132.4 -> 131.4 (130.7), 699050 x 192
+# 146.7 -> 132.5 (177.3); bf16 524288 x 256 133.2 -> 131.8 (132.1). Past 256 values both rules
+# give the same lanes: 16 lanes of 16 values no longer hold the row, and both take a whole warp.
+SHORT_ROW_COLS = 128
+LANE_VALUES = 16
 
 # Where a lane group would hold more than this many bytes of the row a lane (fp32 rows of 513
 # to 1024 values: 32 floats a lane), the row goes to a block of two warps instead, 16 values a
@@ -307,8 +319,9 @@ BLOCK_ROW_FROM_BYTES = 64
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
     """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
     registers, each lane holding at least 16 bytes of it (4 floats or 8 16-bit values, and a
-    whole pack), the group just wide enough for the row; blocks of 32 or 64 threads where
-    such a block still moves MIN_BLOCK_BYTES, else 128. Where a lane would hold more than
+    whole pack), or at least 16 values in rows longer than 128, the group just wide enough
+    for the row; blocks of 64 threads where such a block still moves MIN_BLOCK_BYTES, else
+    128. Where a lane would hold more than
     BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024 values), a block of 64 threads per row,
     16 values a thread, on the cluster kernel. Longer rows, up to 2^19 values
     (fp32, odd lengths) or 2^20 (fp16, bf16): the row on chip in a block, or in a cluster of
@@ -316,14 +329,17 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
     online (two reads of the row)."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= 1024:
-        # 16 bytes a lane, one fp32 pack: in turns on the H200 (2026-11-23), 4 fp32 values a lane
-        # beat 8 at every row of 16 to 128 values, by 0.7-1.8% at 256 MiB (64: 130.0 against
-        # 132.4 us) and 1-5% on the small seed shapes (65536 x 32: 9.28 against 9.55 us); lone
-        # floats (odd lengths) too, at 31 by 41% (134.5 against 229.3 us), though not at 65536 x 33.
-        per_thread, group = lane_group_shape(cols, pack, itemsize, 16)
+        # Rows up to SHORT_ROW_COLS: 16 bytes a lane, one fp32 pack. In turns on the H200
+        # (2026-11-23), 4 fp32 values a lane beat 8 at every row of 16 to 128 values, by
+        # 0.7-1.8% at 256 MiB (64: 130.0 against 132.4 us) and 1-5% on the small seed shapes
+        # (65536 x 32: 9.28 against 9.55 us); lone floats (odd lengths) too, at 31 by 41%
+        # (134.5 against 229.3 us), though not at 65536 x 33. Longer rows: LANE_VALUES a lane.
+        least_bytes = 16 if cols <= SHORT_ROW_COLS else LANE_VALUES * itemsize
+        per_thread, group = lane_group_shape(cols, pack, itemsize, least_bytes)
         if per_thread * itemsize > BLOCK_ROW_FROM_BYTES:  # fp32 rows of 513-1024 values
             return SoftmaxVariant("cluster", dtype, pack, 64, per_thread // 2, cluster_size=1, log=log)
-        block = next((b for b in LANE_GROUP_BLOCKS if bytes_moved(b // group, cols, dtype) >= MIN_BLOCK_BYTES), 128)
+        rows_a_block = LANE_GROUP_BLOCK // group
+        block = LANE_GROUP_BLOCK if bytes_moved(rows_a_block, cols, dtype) >= MIN_BLOCK_BYTES else 128
         return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
     # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
     # takes a whole register, as a float does; packed 16-bit values take half of one (bf16
@@ -521,6 +537,6 @@ def sanitizer_cases():
     cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
     cases += [case(ft_style_for(6, 77, d, per_head_rows=4), (6, 77)) for d in ("float32", "float16")]
     cases += [dispatched(d, shape) for d in C_TYPES
-              for shape in ((1, 1), (5, 7), (4097, 33), (9, 512), (5, 1000), (3, 3000), (2, 12289), (2, 100000),
+              for shape in ((1, 1), (5, 7), (4097, 33), (7, 200), (6, 256), (9, 512), (5, 1000), (3, 3000), (2, 12289), (2, 100000),
                             (1, 600000))]
     return cases

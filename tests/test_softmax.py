@@ -110,11 +110,14 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     assert variant_for(4096, 128, "float32", 4).path == "warp"
     assert variant_for(4096, 32, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 128, 4, 8, 1)  # 16 bytes a lane
     assert variant_for(4096, 32, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 1)
-    # lane groups in blocks of 32 or 64 threads where such a block still moves MIN_BLOCK_BYTES
-    assert variant_for(4096, 512, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 32, 16, 32, 1)
-    assert variant_for(4096, 256, "float32", 4).block_size == 64
-    assert variant_for(4096, 512, "float16", 8).block_size == 64
-    assert variant_for(4096, 256, "float16", 8).block_size == 128
+    # past 128 values, 16 values a lane; lane groups in 64-thread blocks where such a block still
+    # moves MIN_BLOCK_BYTES, else 128
+    assert variant_for(4096, 512, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 64, 16, 32, 1)
+    assert variant_for(4096, 256, "float32", 4) == SoftmaxVariant("warp", "float32", 4, 64, 16, 16, 1)
+    assert variant_for(4096, 256, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 64, 16, 16, 1)
+    assert variant_for(4096, 192, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 16, 16, 1)  # 3 KiB
+    assert variant_for(4096, 128, "float16", 8) == SoftmaxVariant("warp", "float16", 8, 128, 8, 16, 1)
+    assert variant_for(4096, 1024, "bfloat16", 8) == SoftmaxVariant("warp", "bfloat16", 8, 64, 32, 32, 1)
     for cols in range(1, 1025):
         for dtype, pack in (("float32", 4 if cols % 4 == 0 else 1), ("float16", 8 if cols % 8 == 0 else 1)):
             v = variant_for(4096, cols, dtype, pack)
@@ -122,8 +125,9 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
                 assert dtype == "float32" and cols > 512 and (v.block_size, v.cols_per_thread, v.cluster_size) == (64, 16, 1)
                 continue
             assert v.path == "warp" and not (dtype == "float32" and cols > 512), (cols, v)
+            assert v.cols_per_thread >= (16 if cols > 128 else 16 // np_dtype(dtype).itemsize), (cols, v)
             moved = bytes_moved(v.block_size // v.group_width, cols, dtype)
-            assert v.block_size == 128 or moved >= MIN_BLOCK_BYTES, (cols, v)
+            assert v.block_size in (64, 128) and (v.block_size == 128 or moved >= MIN_BLOCK_BYTES), (cols, v)
     assert variant_for(4096, 1024, "float32", 4) == SoftmaxVariant("cluster", "float32", 4, 64, 16, cluster_size=1)
     assert variant_for(4096, 1023, "float32", 1, log=True) == SoftmaxVariant("cluster", "float32", 1, 64, 16,
                                                                              cluster_size=1, log=True)
