@@ -19,9 +19,9 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, check_operands, check_pack_size, np_dtype, random_normal,
-                       row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
-                       widest_pack_for)
+from .operands import (C_TYPES, HostReferences, InputPool, by_rows, check_operands, check_pack_size, max_by_rows,
+                       np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
+                       widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
 
 SOURCE = "layernorm.cu"
@@ -336,8 +336,9 @@ def _operands(rows: int, cols: int, dtype: str):
 
 
 def _compare(what: str, out: np.ndarray, host, weight, bias, dtype: str, tolerance: float) -> float:
-    ref = _references.get(host, ("layer_norm", weight.ctypes.data), lambda h: reference(h, weight, bias))
-    error = max_error(out, ref)
+    ref = _references.get(host, ("layer_norm", weight.ctypes.data),
+                          lambda h: by_rows(lambda rows: reference(rows, weight, bias), h))
+    error = max_by_rows(lambda o, *r: max_error(o, r), out, *ref)
     if not error <= tolerance:  # also catches NaN
         raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
     return error

@@ -186,3 +186,25 @@ def test_host_references_are_shared_by_reshaped_views_not_by_offset_views():
     first = references.get(values.reshape(3, 4), "sum", total)
     assert np.array_equal(references.get(values.reshape(3, 4), "sum", total), first)
     assert computed == [(6,), (6,), (3, 4)]  # the second reshape was a lookup
+
+
+def test_float64_checks_by_blocks_of_rows_give_the_values_of_one_call_nan_included(monkeypatch):
+    import helpers.operands as operands
+    from helpers.layernorm_kernels import max_error as layernorm_error, reference as layernorm_reference
+    from helpers.softmax_kernels import max_error, reference
+    monkeypatch.setattr(operands.os, "cpu_count", lambda: 8)  # blocks on any machine, even a one-core one
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4099, 257)).astype(np.float32)  # just over 2^20 values: a few blocks per core
+    assert len(operands._row_blocks(len(x), x.size)) == 32
+    ref = operands.by_rows(reference, x)
+    assert np.array_equal(ref, reference(x))
+    weight, bias = rng.standard_normal(257).astype(np.float32), rng.standard_normal(257).astype(np.float32)
+    joined = operands.by_rows(lambda rows: layernorm_reference(rows, weight, bias), x)
+    whole = layernorm_reference(x, weight, bias)
+    assert len(joined) == 4 and all(np.array_equal(a, b) for a, b in zip(joined, whole))
+    assert operands.max_by_rows(lambda o, *r: layernorm_error(o, r), whole[0], *joined) < 1e-15
+    out = ref.astype(np.float32)
+    out[4000, 3] += 0.25  # in the last block
+    assert operands.max_by_rows(lambda o, r: max_error(o, r), out, ref) == max_error(out, ref) > 0.2
+    out[2000, 0] = np.nan  # in a middle block: the largest error is NaN, not the largest of the other blocks
+    assert np.isnan(operands.max_by_rows(lambda o, r: max_error(o, r), out, ref))
