@@ -77,10 +77,15 @@ def row_scratch(rows: int, name: str) -> DeviceArray:
     return _row_scratches[name].view(0, rows)
 
 
+def _check_workers() -> int:
+    """Threads for the float64 checks: the cores, at most 16."""
+    return min(os.cpu_count() or 1, 16)
+
+
 def _row_blocks(rows: int, values: int) -> list:
     """(start, stop) blocks of rows to spread float64 work over the cores: one block when
     the work is small, else a few per core."""
-    workers = min(os.cpu_count() or 1, 16)
+    workers = _check_workers()
     if workers == 1 or values < 1 << 20 or rows < 2:
         return [(0, rows)]
     count = min(rows, 4 * workers)
@@ -92,7 +97,7 @@ def _map_row_blocks(fn, arrays) -> list:
     blocks = _row_blocks(len(arrays[0]), arrays[0].size)
     if len(blocks) == 1:
         return [fn(*arrays)]
-    with ThreadPoolExecutor(max_workers=min(len(blocks), os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=_check_workers()) as pool:
         return list(pool.map(lambda block: fn(*(a[block[0]:block[1]] for a in arrays)), blocks))
 
 

@@ -19,8 +19,9 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, by_rows, check_operands, check_pack_size, max_by_rows, np_dtype,
-                       row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
+from .operands import (C_TYPES, HostReferences, InputPool, by_rows, check_operands, check_pack_size, max_by_rows,
+                       np_dtype, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
+                       widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
 
 SOURCE = "softmax.cu"
@@ -399,7 +400,8 @@ def _matrix(rows: int, cols: int, dtype: str):
 
 def _compare(what: str, out: np.ndarray, host: np.ndarray, dtype: str, log: bool, tolerance: float) -> float:
     """The largest error of ``out`` against float64 (max_error); raises beyond ``tolerance``."""
-    ref = _references.get(host, ("log_softmax" if log else "softmax"), lambda h: by_rows(lambda rows: reference(rows, log), h))
+    ref = _references.get(host, ("log_softmax" if log else "softmax"),
+                          lambda h: by_rows(lambda rows: reference(rows, log), h))
     error = max_by_rows(lambda o, r: max_error(o, r, log), out, ref)
     if not error <= tolerance:  # also catches NaN
         raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
@@ -537,6 +539,6 @@ def sanitizer_cases():
     cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
     cases += [case(ft_style_for(6, 77, d, per_head_rows=4), (6, 77)) for d in ("float32", "float16")]
     cases += [dispatched(d, shape) for d in C_TYPES
-              for shape in ((1, 1), (5, 7), (4097, 33), (7, 200), (6, 256), (9, 512), (5, 1000), (3, 3000), (2, 12289), (2, 100000),
-                            (1, 600000))]
+              for shape in ((1, 1), (5, 7), (4097, 33), (7, 200), (6, 256), (9, 512), (5, 1000), (3, 3000), (2, 12289),
+                            (2, 100000), (1, 600000))]
     return cases
