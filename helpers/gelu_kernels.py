@@ -26,9 +26,9 @@ PACKS_PER_THREAD = (1, 2, 4)
 # gelu() gives each thread two packs when the input is at most this large: the launch
 # shape of PyTorch's elementwise kernel for fp32 (8 elements per thread), twice its 8
 # elements for fp16 and bf16 (a 16-byte pack of them holds 8). On the H200, one, two and
-# four packs per thread are within 10% of each other below a few MiB, and
-# their order changes with the size (the chapter's small-array figure); above this size
-# one pack per thread is as fast.
+# four packs per thread are within 10% of each other below a few MiB, and their order
+# changes with the size (the chapter's small-array figure); above this size one pack per
+# thread is as fast.
 SMALL_INPUT_BYTES = 16 << 20
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has

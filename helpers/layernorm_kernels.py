@@ -19,7 +19,7 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, by_rows, check_operands, check_pack_size, max_by_rows,
+from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
                        np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
                        widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
@@ -336,12 +336,9 @@ def _operands(rows: int, cols: int, dtype: str):
 
 
 def _compare(what: str, out: np.ndarray, host, weight, bias, dtype: str, tolerance: float) -> float:
-    ref = _references.get(host, ("layer_norm", weight.ctypes.data),
-                          lambda h: by_rows(lambda rows: reference(rows, weight, bias), h))
-    error = max_by_rows(lambda o, *r: max_error(o, r), out, *ref)
-    if not error <= tolerance:  # also catches NaN
-        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
-    return error
+    """The largest error of ``out`` against float64 (max_error); raises beyond ``tolerance``."""
+    return check_by_rows(what, out, host, dtype, tolerance, _references, ("layer_norm", weight.ctypes.data),
+                         lambda rows: reference(rows, weight, bias), lambda o, *r: max_error(o, r))
 
 
 def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None) -> dict:

@@ -124,6 +124,19 @@ def max_by_rows(fn, *arrays) -> float:
     return float(np.max(_map_row_blocks(fn, arrays)))
 
 
+def check_by_rows(what: str, out: np.ndarray, host: np.ndarray, dtype: str, tolerance: float, references,
+                  kind, reference_rows, error_rows) -> float:
+    """The largest error of ``out`` against the float64 reference of ``host``: the reference
+    ``reference_rows(host)`` computed once per input and ``kind`` (``references``, a
+    HostReferences) and both on blocks of rows (by_rows, max_by_rows); ``error_rows(out,
+    *reference)`` gives the largest error of its rows. Raises beyond ``tolerance``, NaN included."""
+    reference = references.get(host, kind, lambda h: by_rows(reference_rows, h))
+    error = max_by_rows(error_rows, out, *(reference if isinstance(reference, tuple) else (reference,)))
+    if not error <= tolerance:  # also catches NaN
+        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
+    return error
+
+
 class HostReferences:
     """float64 references of host inputs, computed once per (input, kind) and kept for
     the last few inputs: a sweep checks many kernels against the same input, and a

@@ -19,9 +19,8 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, by_rows, check_operands, check_pack_size, max_by_rows,
-                       np_dtype, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
-                       widest_pack_for)
+from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size, np_dtype,
+                       row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
 
 SOURCE = "softmax.cu"
@@ -400,12 +399,8 @@ def _matrix(rows: int, cols: int, dtype: str):
 
 def _compare(what: str, out: np.ndarray, host: np.ndarray, dtype: str, log: bool, tolerance: float) -> float:
     """The largest error of ``out`` against float64 (max_error); raises beyond ``tolerance``."""
-    ref = _references.get(host, ("log_softmax" if log else "softmax"),
-                          lambda h: by_rows(lambda rows: reference(rows, log), h))
-    error = max_by_rows(lambda o, r: max_error(o, r, log), out, ref)
-    if not error <= tolerance:  # also catches NaN
-        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
-    return error
+    return check_by_rows(what, out, host, dtype, tolerance, _references, "log_softmax" if log else "softmax",
+                         lambda rows: reference(rows, log), lambda o, r: max_error(o, r, log))
 
 
 def _check_output(what: str, run, y: DeviceArray, host: np.ndarray, dtype: str, log: bool) -> float:
