@@ -300,7 +300,7 @@ def reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 
 # the terms summed, so a cancellation x̂·w ≈ -b is not asked for more digits than it has.
 # fp32 also pays for the register paths' shifted mean: on N(0, 1) rows the mean of x - x0 is
 # about a standard deviation in size, and every sum and merge rounds it at that size (off by
-# 1-3e-7 of one, PyTorch's by 0.3-3e-8; H200, 2026-11-24), which every output inherits
+# 0.9-3.4e-7 of one, PyTorch's by 0.3-3e-8; H200, 2026-11-24), which every output inherits
 # (measured 1.1-1.6e-6 at the target shapes, and 2.0e-6 once, on one draw of 131072 x 1024
 # (H200, 2026-11-23), which the former 2e-6 failed). The chapter's exercise 7 measures a fix.
 TOLERANCE = {"float32": 4e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
