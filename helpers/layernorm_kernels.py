@@ -22,7 +22,7 @@ from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
                        np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
                        widest_pack, widest_pack_for)
-from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
+from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -225,6 +225,7 @@ CLUSTER_SHAPES = {
 # At 16384 values the register path stays ahead (4086 against 3988 for 1024 x 16), and so
 # it does for 16-bit rows (fp16 8192 x 16384: 3615 against 3956, 2026-11-22).
 STREAMED_SHAPES = ((256, 8), (512, 8), (512, 16))
+LONE_VALUE_BLOCKS = (128, 256, 512, 1024)  # rows of odd length: the blocks lone_value_shape may fit
 STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
 # The lane-group path: rows of up to WARP_MAX_COLS values, in blocks of one warp, as
 # torch.compile's generated kernels run them (num_warps 1). Scratch sweeps, in turns with
@@ -248,12 +249,15 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row
     in registers, each lane holding at least 64 bytes (and a whole pack), the group just
     wide enough for the row (a whole warp: each lane as many packs as the row needs);
-    fp32 rows of 256 values and more, in 16-byte packs, load weight and bias with the row. Longer rows: the row in the registers of a block, or of a
-    cluster of blocks: the first of CLUSTER_SHAPES that holds it. Longer still (past 2^19
-    values; 2^20 for 16-bit ones): the fused block per row with Welford states, which
-    re-reads the row. fp32 rows of 1025 to 8192 values in 16-byte packs are read twice,
-    with cache hints (the streamed path), as torch.compile's kernel does; ``streamed=False``
-    gives the register path there instead (the chapter compares the two)."""
+    fp32 rows of 256 values and more, in 16-byte packs, load weight and bias with the row.
+    Longer rows: the row in the registers of a block, or of a cluster of blocks: the first
+    of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values; 2^20 for 16-bit ones):
+    the fused block per row with Welford states, which re-reads the row. fp32 rows of 1025
+    to 8192 values in 16-byte packs are read twice, with cache hints (the streamed path), as
+    torch.compile's kernel does; ``streamed=False`` gives the register path there instead
+    (the chapter compares the two). Rows of odd length (pack 1) past 1024 values: a block,
+    or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
+    or 2^17 (fp32); longer, the fused block."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= WARP_MAX_COLS:
         per_thread, group = lane_group_shape(cols, pack, itemsize, 64)
@@ -261,6 +265,12 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
             per_thread = -(-cols // (32 * pack)) * pack
         return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
                                 early_affine=itemsize == 4 and pack == 4 and cols >= 256)
+    if pack == 1:
+        fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
+        if fitted is None:
+            return LayerNormVariant("block_fused", dtype, pack, 1024)
+        block, per_thread, cluster = fitted
+        return LayerNormVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster)
     if streamed and itemsize == 4 and pack == 4 and cols > STREAMED_FROM:
         for block, per_thread in STREAMED_SHAPES:
             if block * per_thread >= cols:

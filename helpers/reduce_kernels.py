@@ -267,6 +267,42 @@ def lane_group_shape(cols: int, pack: int, itemsize: int, least_bytes: int) -> t
     return per_thread, min(32, power_of_two_at_least(-(-cols // per_thread)))
 
 
+# Rows of odd length load one value at a time (pack 1), and each value takes a register of its
+# own, whatever its type. Shape tables made for 16-byte packs hold such a row in power-of-two
+# slots, so a row of 2^k + 1 values leaves half of them empty: 4097 fp32 values in 512 threads
+# of 16 hold two rows an SM where fitted blocks hold five. Fitted to the row (lone_value_shape),
+# in turns with the old shapes and torch.compile (H200, 2026-11-24, about 512 MiB moved, us, old ->
+# fitted (torch.compile)): LayerNorm fp32 32760 x 4097 529 -> 287 (420), 44724 x 3001 401 -> 274
+# (560), 4095 x 32769 1072 -> 474 (543), 1342 x 100001 534 -> 474 (571); fp16 65520 x 4097 802 ->
+# 551 (914); softmax fp32 32760 x 4097 379 -> 277 (torch 451), 4095 x 32769 528 -> 333 (415);
+# fp16 65520 x 4097 765 -> 406 (903). Clusters of such blocks paid only for fp32 and up to 8
+# blocks (16 of 256 threads: LayerNorm 65537 721 us against 593 re-reading the row); 16-bit rows
+# past one block were faster re-read (LayerNorm fp16 8191 x 32769: 770 against 871 in a cluster;
+# softmax 32769: 476 against 542).
+LONE_VALUES_MOST = 32  # values a thread holds, in as many registers: a block of 1024 keeps 64
+LONE_CLUSTER_BLOCKS = (256, 512)
+LONE_LARGEST_CLUSTER = 8
+
+
+def lone_value_shape(cols: int, blocks: tuple, clusters: bool) -> tuple[int, int, int] | None:
+    """(block, values per thread, blocks per row) for a row of ``cols`` lone values held in
+    registers: the smallest of ``blocks`` in which no thread holds more than LONE_VALUES_MOST,
+    each holding just what the row needs; else (``clusters``) the smallest cluster of up to
+    LONE_LARGEST_CLUSTER blocks of LONE_CLUSTER_BLOCKS threads (smaller blocks first); None
+    when neither holds the row (the caller re-reads it)."""
+    if cols < 1:
+        raise InputError(f"a row needs at least one value, got {cols}")
+    for block in blocks:
+        if -(-cols // block) <= LONE_VALUES_MOST:
+            return block, -(-cols // block), 1
+    for block in LONE_CLUSTER_BLOCKS if clusters else ():
+        cluster = 2
+        while cluster <= LONE_LARGEST_CLUSTER:
+            if -(-cols // (block * cluster)) <= LONE_VALUES_MOST:
+                return block, -(-cols // (block * cluster)), cluster
+            cluster *= 2
+    return None
+
 def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
     """The dispatcher's choice for rows of ``cols`` float32 values, as a library would
     make it (the chapter measures each rule). Rows up to 1024 long get a group of

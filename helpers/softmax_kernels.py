@@ -21,7 +21,7 @@ from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size, np_dtype,
                        row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
-from .reduce_kernels import GROUP_WIDTHS, lane_group_shape
+from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "softmax.cu"
 SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -303,6 +303,7 @@ MIN_BLOCK_BYTES = 4096
 # give the same lanes: 16 lanes of 16 values no longer hold the row, and both take a whole warp.
 SHORT_ROW_COLS = 128
 LANE_VALUES = 16
+LONE_VALUE_BLOCKS = (64, 128, 256, 512, 1024)  # rows of odd length: the blocks lone_value_shape may fit
 
 # Where a lane group would hold more than this many bytes of the row a lane (fp32 rows of 513
 # to 1024 values: 32 floats a lane), the row goes to a block of two warps instead, 16 values a
@@ -321,12 +322,13 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
     registers, each lane holding at least 16 bytes of it (4 floats or 8 16-bit values, and a
     whole pack), or at least 16 values in rows longer than 128, the group just wide enough
     for the row; blocks of 64 threads where such a block still moves MIN_BLOCK_BYTES, else
-    128. Where a lane would hold more than
-    BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024 values), a block of 64 threads per row,
-    16 values a thread, on the cluster kernel. Longer rows, up to 2^19 values
-    (fp32, odd lengths) or 2^20 (fp16, bf16): the row on chip in a block, or in a cluster of
-    blocks: the first of CLUSTER_SHAPES that holds it. Longer still: the uncached block,
-    online (two reads of the row)."""
+    128. Where a lane would hold more than BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024
+    values), a block of 64 threads per row, 16 values a thread, on the cluster kernel.
+    Longer rows, up to 2^19 values (fp32) or 2^20 (fp16, bf16): the row on chip in a block,
+    or in a cluster of blocks: the first of CLUSTER_SHAPES that holds it. Rows of odd length
+    (pack 1) instead take a block, or for fp32 a cluster, fitted to the row
+    (lone_value_shape): up to 2^15 values (16-bit) or 2^17 (fp32). Longer still: the
+    uncached block, online (two reads of the row)."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= 1024:
         # Rows up to SHORT_ROW_COLS: 16 bytes a lane, one fp32 pack. In turns on the H200
@@ -341,11 +343,15 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
         rows_a_block = LANE_GROUP_BLOCK // group
         block = LANE_GROUP_BLOCK if bytes_moved(rows_a_block, cols, dtype) >= MIN_BLOCK_BYTES else 128
         return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
-    # Registers per value decide the shape. A lone 16-bit value (pack 1: a row of odd length)
-    # takes a whole register, as a float does; packed 16-bit values take half of one (bf16
-    # too, widened from whole words: widen_at in rows.cuh).
-    register_bytes = 4 if pack == 1 else itemsize
-    for block, per_thread, cluster, shared in CLUSTER_SHAPES[register_bytes]:
+    if pack == 1:  # a row of odd length: a register a value, whatever the type
+        fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
+        if fitted is None:
+            return SoftmaxVariant("block_uncached", dtype, pack, 1024, online=True, log=log)
+        block, per_thread, cluster = fitted
+        return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster, log=log)
+    # Packed 16-bit values take half a register each (bf16 too, widened from whole words:
+    # widen_at in rows.cuh).
+    for block, per_thread, cluster, shared in CLUSTER_SHAPES[itemsize]:
         if block * (per_thread + shared) * cluster >= cols and per_thread >= pack:
             return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,
                                   shared_cols_per_thread=shared, log=log)

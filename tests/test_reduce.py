@@ -6,7 +6,7 @@ import helpers
 from helpers.device import DeviceArray
 from helpers.reduce_kernels import (FOLDS, LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant, random_signs,
                                     row_reduce, row_reference, row_variant_for,
-                                    array_sum, bank_conflict_cycles, sum_variant_for)
+                                    array_sum, bank_conflict_cycles, lone_value_shape, sum_variant_for)
 
 
 def ops(variant):
@@ -80,6 +80,27 @@ def test_the_dispatcher_gives_short_rows_narrow_groups_and_long_rows_blocks():
     for cols in range(1, 1025):  # no lane ever has more than 8 packs to fold per row
         variant = row_variant_for(cols)
         assert -(-cols // 4) <= variant.group_width * 8
+
+
+def test_rows_of_lone_values_get_the_smallest_shape_that_holds_them():
+    """The shared rule for rows of odd length (softmax and LayerNorm): every value held, no
+    thread holding more than 32, the smallest block, then the smallest cluster, and no thread
+    of it idle but the row's last few."""
+    blocks = (128, 256, 512, 1024)
+    assert lone_value_shape(4097, blocks, clusters=True) == (256, 17, 1)
+    assert lone_value_shape(32769, blocks, clusters=True) == (256, 17, 8)
+    assert lone_value_shape(65537, blocks, clusters=True) == (512, 17, 8)
+    assert lone_value_shape(32769, blocks, clusters=False) is None
+    assert lone_value_shape(131073, blocks, clusters=True) is None
+    for cols in range(1, 131073, 7):
+        shape = lone_value_shape(cols, blocks, clusters=True)
+        block, per_thread, cluster = shape
+        slots = block * cluster
+        assert per_thread <= 32 and slots * per_thread >= cols > slots * (per_thread - 1), (cols, shape)
+        if cluster == 1:
+            assert block == blocks[0] or cols > block // 2 * 32, (cols, shape)
+    with pytest.raises(helpers.BookError, match="at least one value"):
+        lone_value_shape(0, blocks, clusters=True)
 
 
 # ---------------------------------------------------------------- on the GPU

@@ -138,6 +138,12 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     assert variant_for(64, 524289, "float32", 4).path == "block_uncached"
     assert variant_for(64, 1048576, "bfloat16", 8).path == "cluster"  # as fp16: two values a register
     assert variant_for(64, 3000, "float16", 8, log=True).log
+    # rows of odd length: a block fitted to the row, clusters of such blocks for fp32, then the
+    # uncached block
+    assert variant_for(64, 4097, "float32", 1) == SoftmaxVariant("cluster", "float32", 1, 256, 17, cluster_size=1)
+    assert variant_for(64, 1537, "float16", 1) == SoftmaxVariant("cluster", "float16", 1, 64, 25, cluster_size=1)
+    assert variant_for(64, 100001, "float32", 1) == SoftmaxVariant("cluster", "float32", 1, 512, 25, cluster_size=8)
+    assert variant_for(64, 32769, "bfloat16", 1).path == variant_for(64, 131073, "float32", 1).path == "block_uncached"
 
 
 def test_the_register_paths_keep_their_rows_out_of_local_memory_and_store_whole_packs():
@@ -179,10 +185,9 @@ def test_no_kernel_the_dispatcher_picks_spills(log):
                 if v.path != "cluster":
                     continue
                 spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
-                # pack 1: lone values, 32 registers of them, in blocks held to 64 registers
-                # (1024 threads, or 512 with a shared part: kLoneFloatMinBlocks): a few values
-                # may spill (fp32: 44 bytes, 52 for log-softmax with NVRTC 13.0; the exps kept
-                # in flight), never the row (128 bytes of registers and 128 of shared memory a thread).
+                # pack 1: lone values, up to 32 registers of them (lone_value_shape): a few values
+                # may spill (at most 24 bytes over every shape the rule gives, NVRTC 13.0; the exps
+                # kept in flight), never the row.
                 assert spilled <= (0 if pack > 1 else 56), (v, spilled)
 
 
