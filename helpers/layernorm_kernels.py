@@ -225,8 +225,8 @@ CLUSTER_SHAPES = {
 # At 16384 values the register path stays ahead (4086 against 3988 for 1024 x 16), and so
 # it does for 16-bit rows (fp16 8192 x 16384: 3615 against 3956, 2026-11-22).
 STREAMED_SHAPES = ((256, 8), (512, 8), (512, 16))
-LONE_VALUE_BLOCKS = (128, 256, 512, 1024)  # rows of odd length: the blocks lone_value_shape may fit
 STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
+LONE_VALUE_BLOCKS = (128, 256, 512, 1024)  # rows of odd length: the blocks lone_value_shape may fit
 # The lane-group path: rows of up to WARP_MAX_COLS values, in blocks of one warp, as
 # torch.compile's generated kernels run them (num_warps 1). Scratch sweeps, in turns with
 # the two-warp blocks it had before and torch.compile (H200, 2026-11-22, GB/s): level in

@@ -279,7 +279,7 @@ def lane_group_shape(cols: int, pack: int, itemsize: int, least_bytes: int) -> t
 # blocks (16 of 256 threads: LayerNorm 65537 721 us against 593 re-reading the row); 16-bit rows
 # past one block were faster re-read (LayerNorm fp16 8191 x 32769: 770 against 871 in a cluster;
 # softmax 32769: 476 against 542).
-LONE_VALUES_MOST = 32  # values a thread holds, in as many registers: a block of 1024 keeps 64
+LONE_VALUES_MOST = 32  # values a thread holds, a register each (1024-thread blocks get 64 registers a thread)
 LONE_CLUSTER_BLOCKS = (256, 512)
 LONE_LARGEST_CLUSTER = 8
 
@@ -302,6 +302,7 @@ def lone_value_shape(cols: int, blocks: tuple, clusters: bool) -> tuple[int, int
                 return block, -(-cols // (block * cluster)), cluster
             cluster *= 2
     return None
+
 
 def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
     """The dispatcher's choice for rows of ``cols`` float32 values, as a library would
