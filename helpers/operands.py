@@ -57,12 +57,17 @@ def widest_pack(*arrays: DeviceArray, divides: int = None) -> int:
     return pack
 
 
+def full_pack(dtype: str) -> int:
+    """Values of ``dtype`` in the widest pack, 16 bytes: 4 floats, 8 16-bit values."""
+    return PACK_BYTES_MAX // np_dtype(dtype).itemsize
+
+
 def widest_pack_for(length: int, dtype: str) -> int:
     """The widest pack (elements, up to 16 bytes) that divides ``length``: what the
     dispatchers pick for a row of that length when the arrays are aligned."""
     if length < 1:
         raise InputError(f"a row has at least one value, got {length}")
-    return min(PACK_BYTES_MAX // np_dtype(dtype).itemsize, length & -length)
+    return min(full_pack(dtype), length & -length)
 
 
 _row_scratches = {}

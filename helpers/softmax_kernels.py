@@ -19,8 +19,8 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size, np_dtype,
-                       row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
+from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size, full_pack,
+                       np_dtype, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "softmax.cu"
@@ -54,6 +54,7 @@ class SoftmaxVariant:
     online: bool = False  # block_uncached: max and sum in one pass over the row (two reads, not three)
     rows_per_block: int = 1  # ft_style: rows a block walks (FasterTransformer: 1, or a head's rows)
     log: bool = False  # log-softmax instead of softmax
+    edges: bool = False  # cluster path: rows pack_size need not divide (each row's aligned middle in packs)
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -86,6 +87,8 @@ class SoftmaxVariant:
             raise InputError(f"the {self.path} kernels load one element at a time: pack_size must be 1")
         if self.path == "ft_style" and self.rows_per_block < 1:
             raise InputError(f"rows_per_block must be at least 1, got {self.rows_per_block}")
+        if self.edges and (self.path != "cluster" or self.pack_size == 1):
+            raise InputError("edges is a knob of the cluster path with packs of two values or more")
         if self.log and self.path in ("naive", "ft_style", "block_cached"):
             raise InputError(f"log-softmax is on the warp, cluster and block_uncached paths, not {self.path}")
 
@@ -143,6 +146,8 @@ class SoftmaxVariant:
             config["online"] = self.online
         if self.path == "ft_style":
             config["rows_per_block"] = self.rows_per_block
+        if self.edges:
+            config["edges"] = True
         if self.log:
             config["log"] = True
         return config
@@ -202,10 +207,11 @@ class SoftmaxVariant:
             raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
         check_operands(self.name, self.dtype, self.pack_size * np_dtype(self.dtype).itemsize, x=x, y=y)
         rows, cols = x.shape
-        if cols % self.pack_size:
+        if cols % self.pack_size and not self.edges:
             raise InputError(f"{self.name_expression}: cols ({cols}) must be a multiple of pack_size "
-                             f"({self.pack_size}); softmax() picks a pack that divides it")
-        if self.max_cols() is not None and cols > self.max_cols():
+                             f"({self.pack_size}) unless edges=True (cluster path); softmax() takes any row")
+        held = cols // self.pack_size * self.pack_size if self.edges else cols  # the most a row's middle holds
+        if self.max_cols() is not None and held > self.max_cols():
             raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
                              f"use more cols_per_thread, a larger block or cluster, or another path")
         if rows == 0 or cols == 0:
@@ -229,12 +235,14 @@ class SoftmaxVariant:
         return self._cluster_kernel(timed=True)
 
     def _cluster_kernel(self, timed: bool = False) -> str:
-        # The template's trailing arguments (SharedPacks, Timed) are written only when needed.
+        # The template's trailing arguments (SharedPacks, Timed, Edges) are written only when needed.
         args = [self.c_type, self.pack_size, self.cols_per_thread, self.block_size, self.cluster_size,
                 str(self.log).lower()]
-        if self.shared_cols_per_thread or timed:
+        if self.shared_cols_per_thread or timed or self.edges:
             args.append(self.shared_cols_per_thread // self.pack_size)
-        if timed:
+        if timed or self.edges:
+            args.append(str(timed).lower())
+        if self.edges:
             args.append("true")
         return f"softmax_cluster_per_row<{', '.join(map(str, args))}>"
 
@@ -318,18 +326,21 @@ BLOCK_ROW_FROM_BYTES = 64
 
 
 def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = False) -> SoftmaxVariant:
-    """The dispatcher's rule. Rows up to 1024 values: a lane group per row, the row in
-    registers, each lane holding at least 16 bytes of it (4 floats or 8 16-bit values, and a
-    whole pack), or at least 16 values in rows longer than 128, the group just wide enough
-    for the row; blocks of 64 threads where such a block still moves MIN_BLOCK_BYTES, else
-    128. Where a lane would hold more than BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024
-    values), a block of 64 threads per row, 16 values a thread, on the cluster kernel.
-    Longer rows, up to 2^19 values (fp32) or 2^20 (fp16, bf16): the row on chip in a block,
-    or in a cluster of blocks: the first of CLUSTER_SHAPES that holds it. Rows of odd length
-    (pack 1) instead take a block, or for fp32 a cluster, fitted to the row
-    (lone_value_shape): up to 2^15 values (16-bit) or 2^17 (fp32). Longer still: the
-    uncached block, online (two reads of the row)."""
+    """The dispatcher's rule; ``pack`` is the widest pack x and y are both aligned to (up to
+    16 bytes). Rows up to 1024 values: a lane group per row, the row in registers, in the
+    widest pack that also divides the row, each lane holding at least 16 bytes of it (4
+    floats or 8 16-bit values, and a whole pack), or at least 16 values in rows longer than
+    128, the group just wide enough for the row; blocks of 64 threads where such a block
+    still moves MIN_BLOCK_BYTES, else 128. Where a lane would hold more than
+    BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024 values), a block of 64 threads per row,
+    16 values a thread, on the cluster kernel. Longer rows, up to 2^19 values (fp32) or 2^20
+    (fp16, bf16): the row on chip in a block, or in a cluster of blocks: the first of
+    CLUSTER_SHAPES that holds it, in whole packs; where the pack does not divide the row,
+    its aligned middle (edges). Arrays aligned to no pack (pack 1) take a block, or for
+    fp32 a cluster, fitted to the row (lone_value_shape): up to 2^15 values (16-bit) or
+    2^17 (fp32). Longer still: the uncached block, online (two reads of the row)."""
     itemsize = np_dtype(dtype).itemsize
+    dividing = min(pack, cols & -cols)  # the widest pack that divides the row as well
     if cols <= 1024:
         # Rows up to SHORT_ROW_COLS: 16 bytes a lane, one fp32 pack. In turns on the H200
         # (2026-11-23), 4 fp32 values a lane beat 8 at every row of 16 to 128 values, by
@@ -337,25 +348,27 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
         # (65536 x 32: 9.28 against 9.55 us); lone floats (odd lengths) too, at 31 by 41%
         # (134.5 against 229.3 us), though not at 65536 x 33. Longer rows: LANE_VALUES a lane.
         least_bytes = 16 if cols <= SHORT_ROW_COLS else LANE_VALUES * itemsize
-        per_thread, group = lane_group_shape(cols, pack, itemsize, least_bytes)
+        per_thread, group = lane_group_shape(cols, dividing, itemsize, least_bytes)
         if per_thread * itemsize > BLOCK_ROW_FROM_BYTES:  # fp32 rows of 513-1024 values
-            return SoftmaxVariant("cluster", dtype, pack, 64, per_thread // 2, cluster_size=1, log=log)
+            return SoftmaxVariant("cluster", dtype, dividing, 64, per_thread // 2, cluster_size=1, log=log)
         rows_a_block = LANE_GROUP_BLOCK // group
         block = LANE_GROUP_BLOCK if bytes_moved(rows_a_block, cols, dtype) >= MIN_BLOCK_BYTES else 128
-        return SoftmaxVariant("warp", dtype, pack, block, per_thread, group, 1, log=log)
-    if pack == 1:  # a row of odd length: a register a value, whatever the type
+        return SoftmaxVariant("warp", dtype, dividing, block, per_thread, group, 1, log=log)
+    if pack == 1:  # arrays aligned to no pack: a register a value, whatever the type
         fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
         if fitted is None:
             return SoftmaxVariant("block_uncached", dtype, pack, 1024, online=True, log=log)
         block, per_thread, cluster = fitted
         return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster, log=log)
     # Packed 16-bit values take half a register each (bf16 too, widened from whole words:
-    # widen_at in rows.cuh).
+    # widen_at in rows.cuh). A row the pack does not divide keeps its packs (edges): its
+    # middle, at most the whole packs the row holds, in the shape of that many values.
+    middle = cols // pack * pack
     for block, per_thread, cluster, shared in CLUSTER_SHAPES[itemsize]:
-        if block * (per_thread + shared) * cluster >= cols and per_thread >= pack:
+        if block * (per_thread + shared) * cluster >= middle and per_thread >= pack:
             return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,
-                                  shared_cols_per_thread=shared, log=log)
-    return SoftmaxVariant("block_uncached", dtype, pack, 1024, online=True, log=log)
+                                  shared_cols_per_thread=shared, log=log, edges=middle != cols)
+    return SoftmaxVariant("block_uncached", dtype, dividing, 1024, online=True, log=log)
 
 
 def softmax(x: DeviceArray, y: DeviceArray, *, log: bool = False) -> SoftmaxVariant:
@@ -364,7 +377,7 @@ def softmax(x: DeviceArray, y: DeviceArray, *, log: bool = False) -> SoftmaxVari
     if len(x.shape) != 2:
         raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
     rows, cols = x.shape
-    variant = variant_for(rows, cols, str(x.dtype), widest_pack(x, y, divides=cols), log=log)
+    variant = variant_for(rows, cols, str(x.dtype), widest_pack(x, y), log=log)
     variant.launch(x, y)
     return variant
 
@@ -431,7 +444,7 @@ def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, pro
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str, *, log: bool = False):
     """softmax() as a user calls it: the dispatcher's choice, recorded in config."""
-    return measure_softmax(bench, variant_for(rows, cols, dtype, widest_pack_for(cols, dtype), log=log), rows, cols,
+    return measure_softmax(bench, variant_for(rows, cols, dtype, full_pack(dtype), log=log), rows, cols,
                            provider="softmax()" if not log else "log_softmax()")
 
 
@@ -470,7 +483,7 @@ def cluster_phases(rows: int, cols: int, dtype: str, *, runs: int = 3) -> dict:
     lifetime; and the median span from the first block's start to the last block's
     stores. Needs a GPU."""
     from .timing import flush_l2
-    variant = variant_for(rows, cols, dtype, widest_pack_for(cols, dtype))
+    variant = variant_for(rows, cols, dtype, full_pack(dtype))
     if variant.path != "cluster":
         raise InputError(f"softmax() runs the {variant.path} path at {cols} columns; phases are timed on the "
                          "cluster path (rows of more than 1024 values; fp32 rows of more than 512)")
@@ -535,11 +548,16 @@ def sanitizer_cases():
                          for c in (1, 2) for log in (False, True)]
     cases += [case(v, shape) for v in cluster_variants
               for shape in ((1, v.pack_size), (3, v.max_cols() - 4 * v.pack_size), (2, v.max_cols()))]
+    # Edges: rows the pack does not divide, starting at every offset within it.
+    edge_variants = [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=s, log=log, edges=True)
+                     for d, p in (("float32", 4), ("bfloat16", 8)) for c in (1, 2) for s in (0, 2 * p) for log in (False, True)]
+    cases += [case(v, shape) for v in edge_variants
+              for shape in ((2 * v.pack_size + 1, 3), (2 * v.pack_size + 1, v.max_cols() + v.pack_size - 1))]
     online = [SoftmaxVariant("block_uncached", "float32", 4, 256, online=True, log=log) for log in (False, True)]
     cases += [case(v, shape) for v in online for shape in ((1, 4), (3, 1028), (2, 4100))]
     cases += [case(SoftmaxVariant("naive", d, 1, 256), (5, 77)) for d in ("float32", "bfloat16")]
     cases += [case(ft_style_for(6, 77, d, per_head_rows=4), (6, 77)) for d in ("float32", "float16")]
     cases += [dispatched(d, shape) for d in C_TYPES
               for shape in ((1, 1), (5, 7), (4097, 33), (7, 200), (6, 256), (9, 512), (5, 1000), (3, 3000), (2, 12289),
-                            (2, 100000), (1, 600000))]
+                            (2, 100000), (9, 4097), (5, 50257), (1, 600000))]
     return cases

@@ -6,8 +6,9 @@
 // A row of -inf only (fully masked) has max -inf, and -inf - (-inf) is NaN: its
 // output is NaN, as in PyTorch. A row with some -inf entries gives them 0.
 //
-// Requires (checked by the host): cols a multiple of PackSize, and x, y aligned to
-// a Pack; the host picks the widest pack that divides cols.
+// Requires (checked by the host): x, y aligned to a Pack, and cols a multiple of
+// PackSize, except on the cluster path with Edges (RowEdges below); the host picks the
+// widest pack the arrays are aligned to, and for short rows one that divides cols.
 #include "convert.cuh"
 #include "reduce.cuh"
 #include "rows.cuh"
@@ -284,7 +285,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // spill); shared memory doubles what one SM holds, so a row needs half the blocks,
 // and a cluster half the size (or none). Those packs arrive by cp.async, without
 // registers, and each thread reads back only its own slots: no barrier.
-// ClusterSize 1 is a block per row.
+// ClusterSize 1 is a block per row. With Edges the pack need not divide cols: the
+// slices cover the row's aligned middle, and its head and tail go to the first block.
 // The packs stay in the storage type: a 16-bit row takes half the registers of a
 // float one, so twice the bytes can be in flight per SM. bf16 needs care for that:
 // each value is widened from its pack's 32-bit word (widen_at, rows.cuh), and the
@@ -331,8 +333,32 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+// A row whose length the pack does not divide (Edges: 4097 values, say) still has an
+// aligned middle. Row r starts at element r * cols; its first HEAD values, fewer than a
+// pack, run up to the first address a pack may start at, and its last values past the
+// middle, fewer than a pack again, are the TAIL. The middle travels in whole packs like
+// any row; the head and the tail, at most 2 * (PackSize - 1) values, one to a thread, in
+// the first threads of the row's first block. Without Edges the row is all middle
+// (head 0, no edge values) and the compiler drops every line about them.
+template <int PackSize, bool Edges>
+struct RowEdges {
+    long long head = 0;         // values before the middle
+    long long middle_cols = 0;  // a multiple of PackSize
+    long long col = -1;         // the column of this thread's edge value, or -1
+    __device__ RowEdges(long long row, long long cols, bool first_block) {
+        if constexpr (Edges) {
+            head = min(cols, (-(row * cols)) & (PackSize - 1));  // x, y are aligned: so is column head
+            middle_cols = (cols - head) / PackSize * PackSize;
+            const long long t = threadIdx.x;
+            if (first_block && t < cols - middle_cols) col = t < head ? t : t + middle_cols;
+        } else {
+            middle_cols = cols;
+        }
+    }
+};
+
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
-          int SharedPacks = 0, bool Timed = false>
+          int SharedPacks = 0, bool Timed = false, bool Edges = false>
 __global__ void __launch_bounds__(BlockSize, kLoneFloatMinBlocks<T, PackSize, BlockSize, SharedPacks>)
 softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols,
                         unsigned long long* __restrict__ phase_clock) {
@@ -359,14 +385,15 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     P* shared_packs = reinterpret_cast<P*>(shared_bytes);  // [SharedPacks][BlockSize]
     const float minus_inf = -__int_as_float(0x7f800000);
     const long long row = blockIdx.x / ClusterSize;
-    const long long first_col = (blockIdx.x % ClusterSize) * kSlice;
-    const long long slice_cols = min(kSlice, cols - first_col);  // <= 0: a block past the row's end
+    const RowEdges<PackSize, Edges> ends(row, cols, blockIdx.x % ClusterSize == 0);
+    const long long first_col = (blockIdx.x % ClusterSize) * kSlice;  // of the middle
+    const long long slice_cols = min(kSlice, ends.middle_cols - first_col);  // <= 0: a block past the row's end
     // Pack i of this thread is mine[i * BlockSize] (column (i * BlockSize + thread) * PackSize
     // of the slice, so a warp's accesses are contiguous): one base pointer per side and
     // constant offsets, and one count for the bounds, so no per-pack address or
     // column index has to stay live across the reductions.
-    const P* mine = reinterpret_cast<const P*>(x + row * cols + first_col) + threadIdx.x;
-    P* my_out = reinterpret_cast<P*>(y + row * cols + first_col) + threadIdx.x;
+    const P* mine = reinterpret_cast<const P*>(x + row * cols + ends.head + first_col) + threadIdx.x;
+    P* my_out = reinterpret_cast<P*>(y + row * cols + ends.head + first_col) + threadIdx.x;
     constexpr int kStride = BlockSize * PackSize;  // columns between a thread's packs
     const int my_packs = static_cast<int>(  // packs of this thread inside the slice
         min(static_cast<long long>(kPacks + SharedPacks), max(0LL, (slice_cols - threadIdx.x * PackSize + kStride - 1) / kStride)));
@@ -377,10 +404,12 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)  // every load first
         packs[p] = p < my_packs ? mine[p * BlockSize] : P{};
+    float edge = minus_inf;  // this thread's edge value (exp(edge - shift) once kept), -inf if none
+    if (ends.col >= 0) edge = widen(x[row * cols + ends.col]);
     if constexpr (SharedPacks > 0) cp_async_wait_all();
     // Pack i of this thread: in registers (i < kPacks) or in shared memory.
     auto pack_at = [&](int i) -> P& { return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x]; };
-    float thread_max = minus_inf;
+    float thread_max = edge;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
         if (i < my_packs) {
@@ -407,6 +436,11 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             if constexpr (kKeepExp) pack_at(i) = kept;  // a shared pack: this thread's own slot, no barrier
         }
     }
+    if (ends.col >= 0) {
+        const float e = fast_exp(edge - shift);
+        thread_sum += e;
+        if constexpr (kKeepExp) edge = e;  // kept as a float: no rounding to T before the scale
+    }
     MaxSum row_state = block_merge<MaxSum, BlockSize>({thread_max, thread_sum});
     clock_phase(3);
     if constexpr (ClusterSize > 1) row_state = cluster_merge<MaxSum, ClusterSize>(row_state);
@@ -431,6 +465,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
             store_pack(&my_out[i * BlockSize], pack);
         }
     }
+    if (ends.col >= 0)
+        y[row * cols + ends.col] = narrow<T>(kKeepExp ? edge * scale : finish<Log>(edge, row_state.max, norm));
     clock_phase(5);
     if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }

@@ -7,7 +7,7 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.operands import np_dtype
+from helpers.operands import full_pack, np_dtype, widest_pack_for
 from helpers.compiler import compile_kernels
 from helpers.softmax_kernels import (C_TYPES, MIN_BLOCK_BYTES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant,
                                      bytes_moved, cache_layout_cycles, cluster_phases, ft_style_for, max_error,
@@ -54,7 +54,7 @@ def _check(host, y, dtype):
 @pytest.mark.parametrize("dtype", list(C_TYPES))
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
-    for rows, cols in [(1, c) for c in COLS] + [(4097, c) for c in (1, 33, 1000, 3000)]:
+    for rows, cols in [(1, c) for c in COLS] + [(4097, c) for c in (1, 33, 1000, 3000)] + [(9, 4097), (5, 50257)]:
         host = (rng.standard_normal((rows, cols)) * 3).astype(np_dtype(dtype))
         x, y = DeviceArray.from_numpy(host), DeviceArray((rows, cols), dtype)
         y.poison()
@@ -63,6 +63,8 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
         if cols <= 1024:  # a lane group, or for fp32 rows past 512 values a block of two warps
             expected = "cluster" if dtype == "float32" and cols > 512 else "warp"
             assert variant.path == expected and variant.cluster_size == 1, (cols, variant)
+        else:  # the row's aligned middle in 16-byte packs
+            assert variant.pack_size == full_pack(dtype) and variant.edges == bool(cols % full_pack(dtype)), variant
 
 
 @pytest.mark.parametrize("path", ["block_cached", "block_uncached"])
@@ -134,16 +136,75 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     for cols in (1025, 4096, 16384, 65536, 262144, 524288):
         v = variant_for(64, cols, "float32", 4)
         assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
-    assert variant_for(64, 1048577, "float16", 8) == SoftmaxVariant("block_uncached", "float16", 8, 1024, online=True)
-    assert variant_for(64, 524289, "float32", 4).path == "block_uncached"
+    assert variant_for(64, 1048584, "float16", 8) == SoftmaxVariant("block_uncached", "float16", 8, 1024, online=True)
+    assert variant_for(64, 1048585, "float16", 8) == SoftmaxVariant("block_uncached", "float16", 1, 1024, online=True)
+    assert variant_for(64, 524292, "float32", 4).path == "block_uncached"
     assert variant_for(64, 1048576, "bfloat16", 8).path == "cluster"  # as fp16: two values a register
     assert variant_for(64, 3000, "float16", 8, log=True).log
-    # rows of odd length: a block fitted to the row, clusters of such blocks for fp32, then the
-    # uncached block
+    # rows the pack does not divide keep their packs: the shape of their whole packs, with edges
+    assert variant_for(64, 4097, "float32", 4) == SoftmaxVariant("cluster", "float32", 4, 128, 32, edges=True)
+    assert variant_for(64, 4098, "float16", 8) == SoftmaxVariant("cluster", "float16", 8, 64, 64, edges=True)
+    assert variant_for(64, 524291, "float32", 4) == dataclasses.replace(variant_for(64, 524288, "float32", 4), edges=True)
+    assert variant_for(64, 1048577, "bfloat16", 8).edges and not variant_for(64, 4096, "float32", 4).edges
+    for cols in range(1, 1025):  # short rows: the widest pack that divides the row as well, never edges
+        for dtype in ("float32", "float16"):
+            assert variant_for(4096, cols, dtype, full_pack(dtype)) == variant_for(4096, cols, dtype,
+                                                                                 widest_pack_for(cols, dtype))
+    # arrays aligned to no pack: a block fitted to the row, clusters of such blocks for fp32, then
+    # the uncached block
     assert variant_for(64, 4097, "float32", 1) == SoftmaxVariant("cluster", "float32", 1, 256, 17, cluster_size=1)
     assert variant_for(64, 1537, "float16", 1) == SoftmaxVariant("cluster", "float16", 1, 64, 25, cluster_size=1)
     assert variant_for(64, 100001, "float32", 1) == SoftmaxVariant("cluster", "float32", 1, 512, 25, cluster_size=8)
     assert variant_for(64, 32769, "bfloat16", 1).path == variant_for(64, 131073, "float32", 1).path == "block_uncached"
+
+
+@pytest.mark.parametrize("dtype", list(C_TYPES))
+def test_rows_the_pack_does_not_divide_keep_their_packs(gpu, dtype):
+    """edges: rows starting at every offset within a pack (2 * pack + 1 rows of lengths prime to
+    it), rows shorter than a pack, the longest middle a shape holds, a cluster, a shared part,
+    log-softmax, -inf entries and a fully masked row."""
+    rng = np.random.default_rng()
+    pack = full_pack(dtype)
+    for cluster in (1, 4):
+        for shared in (0, 2 * pack):
+            for log in (False, True):
+                v = SoftmaxVariant("cluster", dtype, pack, 64, 2 * pack, cluster_size=cluster,
+                                   shared_cols_per_thread=shared, log=log, edges=True)
+                for cols in (3, pack + 1, pack + 2, v.max_cols() // 3 + 1, v.max_cols() + pack - 1):
+                    host = (rng.standard_normal((2 * pack + 1, cols)) * 3).astype(np_dtype(dtype))
+                    if not log and cols > 3:
+                        host[:, ::5] = -np.inf
+                        host[4] = -np.inf
+                    x, y = DeviceArray.from_numpy(host), DeviceArray(host.shape, dtype)
+                    y.poison()
+                    v.launch(x, y)
+                    out, ref = y.to_numpy(), reference(host, log)
+                    if cols % pack:
+                        with pytest.raises(helpers.BookError, match="multiple of pack_size"):
+                            dataclasses.replace(v, edges=False).launch(x, y)
+                    if not log and cols > 3:
+                        assert np.isnan(out[4]).all(), (v, cols)
+                        out, ref = np.delete(out, 4, 0), np.delete(ref, 4, 0)
+                    assert max_error(out, ref, log) <= TOLERANCE[dtype], (v.name_expression, cols)
+                with pytest.raises(helpers.BookError, match="holds at most"):
+                    v.launch(DeviceArray((1, v.max_cols() + pack), dtype), DeviceArray((1, v.max_cols() + pack), dtype))
+
+
+def test_rows_with_edges_load_their_middle_in_packs():
+    for v in [SoftmaxVariant("cluster", "float32", 4, 128, 32, edges=True),
+              SoftmaxVariant("cluster", "float16", 8, 512, 64, cluster_size=2, shared_cols_per_thread=64, edges=True),
+              SoftmaxVariant("cluster", "bfloat16", 8, 64, 64, log=True, edges=True)]:
+        compiled = v.compiled(arch="sm_90")
+        ops = helpers.opcodes(compiled.sass(v.name_expression))
+        packs = (v.cols_per_thread + v.shared_cols_per_thread) // v.pack_size
+        wide_loads = sum(n for op, n in ops.items() if op.startswith(("LDG.E.128", "LDGSTS.E.BYPASS.128")))
+        assert wide_loads == ops["STG.E.128"] == packs, (v, ops)  # the middle: 16 bytes an access
+        narrow = {op: n for op, n in ops.items() if op.startswith(("LDG.E", "STG.E")) and "128" not in op}
+        loads = sum(n for op, n in narrow.items() if op.startswith("LDG"))
+        assert loads == 1 and sum(narrow.values()) == 2, (v, ops)  # the edge value, alone, once each way
+        assert not compiled.resources(v.name_expression).spills, v
+    with pytest.raises(helpers.BookError, match="edges is a knob of the cluster path"):
+        SoftmaxVariant("warp", "float32", 4, edges=True)
 
 
 def test_the_register_paths_keep_their_rows_out_of_local_memory_and_store_whole_packs():
