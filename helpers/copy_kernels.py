@@ -14,8 +14,7 @@ import numpy as np
 from . import device
 from .device import DeviceArray
 from .errors import InputError
-from .operands import (PACK_BYTES_MAX, ElementwiseVariant, InputPool, random_normal, torch_dtype,
-                       torch_module)
+from .operands import ElementwiseVariant, InputPool, full_pack, random_normal, torch_dtype, torch_module
 
 SOURCE = "copy.cu"
 SOURCES = ["kernels/copy.cu", "kernels/pack.cuh"]
@@ -126,7 +125,7 @@ def measure_torch_copy(bench, n: int, dtype: str = "float32"):
 
 def ladder(dtype: str = "float32", block_size: int = 256) -> list:
     """The chapter's ladder, step by step."""
-    widest = PACK_BYTES_MAX // np.dtype(dtype).itemsize
+    widest = full_pack(dtype)
     return [CopyVariant("one_per_thread", dtype, block_size=block_size),
             CopyVariant("grid_stride", dtype, block_size=block_size),
             CopyVariant("packed_grid_stride", dtype, pack_size=widest // 2, block_size=block_size),

@@ -16,8 +16,8 @@ import numpy as np
 from . import device
 from .device import DeviceArray
 from .errors import InputError
-from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, np_dtype, torch_compiled_for_shape,
-                       torch_module, torch_tensor, widest_pack)
+from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, full_pack, np_dtype,
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack)
 
 SOURCE = "gelu.cu"
 SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh", "kernels/convert.cuh"]
@@ -203,7 +203,7 @@ def measure_gelu(bench, variant: GeluVariant, n: int, *, check: bool = None, pro
 
 def dispatcher_measurement(n: int, dtype: str, *, check: bool = None) -> dict:
     """gelu() as a user calls it, on aligned arrays: its choice is recorded in config."""
-    return gelu_measurement(variant_for(n, dtype, 16 // np_dtype(dtype).itemsize), n, check=check, provider="gelu()")
+    return gelu_measurement(variant_for(n, dtype, full_pack(dtype)), n, check=check, provider="gelu()")
 
 
 def measure_dispatcher(bench, n: int, dtype: str, *, check: bool = None):
@@ -262,9 +262,9 @@ def sanitizer_cases():
             gelu(x.view(1, n), y.view(1, n))
         return f"gelu() {dtype} n={n} offset=1", run
     variants = [GeluVariant("grid_stride", d, 1, 256, m) for d in C_TYPES for m in ("tanh", "erf")]
-    variants += [GeluVariant("packed", d, 16 // np_dtype(d).itemsize, b, m) for d in C_TYPES
+    variants += [GeluVariant("packed", d, full_pack(d), b, m) for d in C_TYPES
                  for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx", "sigmoid")]
-    variants += [GeluVariant("packed", d, 16 // np_dtype(d).itemsize, 128, "sigmoid", p) for d in C_TYPES
+    variants += [GeluVariant("packed", d, full_pack(d), 128, "sigmoid", p) for d in C_TYPES
                  for p in (2, 4)]
     variants += [GeluVariant("packed", "float16", p, 256, "half2", t) for p in (2, 8) for t in (1, 2)]
     cases = [case(v, n) for v in variants for n in (1, 7, 1023, (1 << 16) + 3)]

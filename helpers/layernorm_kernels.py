@@ -20,7 +20,7 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
-                       np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
+                       full_pack, np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
                        widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
@@ -79,7 +79,7 @@ class LayerNormVariant:
             raise InputError(f"cache_hints is a choice of the streamed path, not {self.path}")
         if self.path == "streamed" and self.pack_size * np_dtype(self.dtype).itemsize != 16:
             raise InputError(f"the streamed path loads 16-byte packs (its loads carry cache hints): pack_size must be "
-                             f"{16 // np_dtype(self.dtype).itemsize} for {self.dtype}, got {self.pack_size}")
+                             f"{full_pack(self.dtype)} for {self.dtype}, got {self.pack_size}")
         if self.path == "unfused" and self.pack_size != 1:
             raise InputError("the unfused kernels load one element at a time: pack_size must be 1")
 

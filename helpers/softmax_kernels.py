@@ -549,8 +549,10 @@ def sanitizer_cases():
     cases += [case(v, shape) for v in cluster_variants
               for shape in ((1, v.pack_size), (3, v.max_cols() - 4 * v.pack_size), (2, v.max_cols()))]
     # Edges: rows the pack does not divide, starting at every offset within it.
-    edge_variants = [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=s, log=log, edges=True)
-                     for d, p in (("float32", 4), ("bfloat16", 8)) for c in (1, 2) for s in (0, 2 * p) for log in (False, True)]
+    edge_variants = [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=s, log=log,
+                                    edges=True)
+                     for d, p in (("float32", 4), ("bfloat16", 8)) for c in (1, 2) for s in (0, 2 * p)
+                     for log in (False, True)]
     cases += [case(v, shape) for v in edge_variants
               for shape in ((2 * v.pack_size + 1, 3), (2 * v.pack_size + 1, v.max_cols() + v.pack_size - 1))]
     online = [SoftmaxVariant("block_uncached", "float32", 4, 256, online=True, log=log) for log in (False, True)]
