@@ -194,7 +194,8 @@ struct WholeBlock {
 // other, as on such inputs; always, for 16-bit inputs widened to float), and
 // their mean is small, so its rounding is too. The output is then
 // ((x - shift) - mean') * rstd, and the mean the caller gets is shift + mean'.
-template <typename Threads, int Stride, typename T, int kPack, int kPacks>
+// FastDivision: how the mean divides by the count (WelfordState's choice).
+template <typename Threads, int Stride, bool FastDivision = false, typename T, int kPack, int kPacks>
 __device__ __forceinline__ MeanM2 slice_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long slice_packs,
                                                float shift) {
     float sum = 0.0f;
@@ -207,7 +208,7 @@ __device__ __forceinline__ MeanM2 slice_mean_m2(const Pack<T, kPack> (&packs)[kP
     }
     const float count = static_cast<float>(slice_packs * kPack);
     const float total = Threads::template sum<0>(sum);  // every thread sums, even one past the last row
-    const float mean = slice_packs > 0 ? total / count : 0.0f;
+    const float mean = slice_packs > 0 ? WelfordState<FastDivision>::divide(total, count) : 0.0f;
     float m2 = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -445,6 +446,10 @@ __device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
 // (evict_last), pass 2 says it is the last use (evict_first), so that the row makes
 // room for the rows after it. What it can buy over the register path: the values
 // hold no registers across the block merge, so an SM may hold more rows.
+// Its two divisions, the mean's and the variance's, are the fast ones (__fdividef): a
+// thread's whole share of a row is two to four packs a pass, and the IEEE division's
+// instructions and slow-path branch showed (H200, 2026-11-24, in turns: 16384 x 4096
+// 130.6 -> 129.3 us, 32768 x 4096 255.6 -> 252.7; level at 2048, 6000 and 8192 values).
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool CacheHints>
 __global__ void __launch_bounds__(BlockSize)
 layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -465,9 +470,9 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         load_slice<BlockSize>(packs, in, threadIdx.x, row_packs,
                               [keep](const P* slice, int index) { return load_with_hint<kFirstRead>(&slice[index], keep); });
         shift = widen(x[row * cols]);
-        state = slice_mean_m2<WholeBlock<BlockSize>, BlockSize>(packs, threadIdx.x, row_packs, shift);
+        state = slice_mean_m2<WholeBlock<BlockSize>, BlockSize, true>(packs, threadIdx.x, row_packs, shift);
     }
-    const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
+    const float rstd = rsqrtf(WelfordState<true>::divide(state.m2, static_cast<float>(cols)) + eps);
     if (threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
     // pass 2: one pack at a time, its three loads issued before its store
     const unsigned long long last_use = l2_policy(kSecondRead);

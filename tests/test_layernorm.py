@@ -186,7 +186,8 @@ def _sum_squares_amplification(host):
 @pytest.mark.parametrize("dtype", list(C_TYPES))
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
-    for rows, cols in [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + [(4097, c) for c in (1, 33, 1000, 1536)]:
+    shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + [(4097, c) for c in (1, 33, 256, 504, 1000, 1536)]
+    for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
         _check(host, weight, bias, dtype, y, mean, rstd)
