@@ -235,16 +235,14 @@ class SoftmaxVariant:
         return self._cluster_kernel(timed=True)
 
     def _cluster_kernel(self, timed: bool = False) -> str:
-        # The template's trailing arguments (SharedPacks, Timed, Edges) are written only when needed.
+        # The template's trailing arguments (SharedPacks, Timed, Edges) are written only up to
+        # the last one that differs from its default, as the recorded kernel names have them.
         args = [self.c_type, self.pack_size, self.cols_per_thread, self.block_size, self.cluster_size,
                 str(self.log).lower()]
-        if self.shared_cols_per_thread or timed or self.edges:
-            args.append(self.shared_cols_per_thread // self.pack_size)
-        if timed or self.edges:
-            args.append(str(timed).lower())
-        if self.edges:
-            args.append("true")
-        return f"softmax_cluster_per_row<{', '.join(map(str, args))}>"
+        trailing = [self.shared_cols_per_thread // self.pack_size, str(timed).lower(), str(self.edges).lower()]
+        while trailing and trailing[-1] in (0, "false"):
+            trailing.pop()
+        return f"softmax_cluster_per_row<{', '.join(map(str, args + trailing))}>"
 
     def _launch_cluster(self, x, y, rows, cols, name, phase_clock):
         kernel = loaded_kernel(SOURCE, name)
