@@ -271,9 +271,14 @@ def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None)
 # shows the sweep): the row takes up to 128 bytes per thread in registers (32 of
 # them) and, for the longest rows (fp32 from 65536 values, fp16 from 32768), as many
 # again in shared memory, which halves the threads a row needs. The block grows to
-# 1024 threads before a cluster forms (a cluster's barrier costs more than a
-# block's); once it has, 512-thread blocks in twice the cluster beat 1024-thread
-# ones (fp32 131072: 3640 against 3501 GB/s; fp16 131072: 3379 against 3280).
+# 1024 threads before a cluster forms. Re-tuned once the blocks of a cluster
+# exchanged messages instead of meeting at barriers (rows.cuh; H200, 2026-11-24, in
+# turns, us): 16-bit rows in 256-thread blocks, twice the cluster: fp16 1024 x 131072
+# 141.1 (512-thread blocks 144.6), 512 x 262144 143.0 (146.5); bf16 140.4 (the barrier
+# kernel: 155.0), 141.9 (147.5). fp32 1024 x 65536 measured faster in two 1024-thread
+# blocks of registers (137.9 against 139.5), but rows that fill the second block only
+# partly lost: 1335 x 50257 fell from 86% to 79% of the ceiling in the chapter's
+# recording (one 1024-thread block an SM), so fp32 keeps 512-thread blocks there.
 # 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
 # per SM, so more bytes in flight than 128-thread blocks of 16 values).
 # For each row length the first shape that holds it is used.
@@ -281,7 +286,7 @@ CLUSTER_SHAPES = {
     4: ((64, 32, 1, 0), (128, 32, 1, 0), (256, 32, 1, 0), (512, 32, 1, 0), (1024, 32, 1, 0), (512, 32, 2, 32),
         (512, 32, 4, 32), (512, 32, 8, 32), (1024, 32, 8, 32)),
     2: ((32, 64, 1, 0), (64, 64, 1, 0), (128, 64, 1, 0), (256, 64, 1, 0), (256, 64, 1, 64), (512, 64, 1, 64),
-        (512, 64, 2, 64), (512, 64, 4, 64), (512, 64, 8, 64), (1024, 64, 8, 64)),
+        (256, 64, 4, 64), (256, 64, 8, 64), (512, 64, 8, 64), (1024, 64, 8, 64)),
 }
 
 

@@ -387,13 +387,16 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 3% slower; fp16 pack 2: 58 -> 80, 24% slower). Lane groups measured 0.8% slower with it, the
     // streamed kernel 5.5% (its registers fell from 36 to 32: 8 blocks an SM instead of 6).
     using State = WelfordState<sizeof(P) == 16 && ClusterSize == 1>;
-    State state = block_merge<State, BlockSize>(thread_mean_m2<BlockSize, State>(packs, threadIdx.x, slice_packs, shift));
+    const State thread_state = thread_mean_m2<BlockSize, State>(packs, threadIdx.x, slice_packs, shift);
+    // The inbox opens here, not at the start as softmax's does: opened there, fp32 rows of 65536
+    // values (256 x 32, clusters of 8) spilled 12 bytes at 64 registers; here 4, their bound predicates.
+    if constexpr (ClusterSize > 1) cluster_open_inbox<State, ClusterSize>();
+    State state = block_merge<State, BlockSize>(thread_state);
     if constexpr (ClusterSize > 1) state = cluster_merge<State, ClusterSize>(state);
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
     store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, BlockSize>(
         packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
-    if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }
 
 // How a load may use the caches (layernorm_streamed, step 5).

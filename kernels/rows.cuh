@@ -95,43 +95,90 @@ __device__ __forceinline__ State block_merge(State s) {
 }
 
 // Hopper's thread-block clusters, in PTX (sm_90): the CTAs of a cluster run at
-// the same time on one GPC, may read each other's shared memory (distributed
-// shared memory) and may wait for each other at a cluster barrier.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// the same time on one GPC and may write into each other's shared memory
+// (distributed shared memory). A block's state reaches the others' as a message:
+// st.async writes it into their shared memory and counts its bytes on their
+// mbarrier, and each block waits on its own mbarrier for ClusterSize states.
+// No cluster barrier stands between the blocks then, and none before exiting:
+// a block's shared memory receives nothing more once it has its ClusterSize
+// states. The first version published each block's state, read the others'
+// between two cluster barriers (release, acquire), and waited at a third before
+// exiting. A second exchange, run on states already equal, measured what those
+// barriers cost: fp32 512 x 131072, 146.7 -> 160.3 us. With messages 146.4 ->
+// 139.9, where the kernel without any exchange (a wrong result, the bound) took
+// 136.0 (H200, 2026-11-24, in turns; the chapter's "Where a long row's time goes").
+template <typename State, int ClusterSize>
+struct ClusterInbox {
+    unsigned long long received;  // mbarrier: one arrival (the block's own) and ClusterSize * sizeof(State) bytes
+    State states[ClusterSize];    // states[r]: the state of the block of rank r
+};
 
-// The State at the same shared-memory address in the CTA of rank `rank`:
-// mapa turns the local address into the other CTA's, ld.shared::cluster reads it.
-template <typename State>
-__device__ __forceinline__ State load_from_cluster_rank(const State* local, unsigned rank) {
-    constexpr int kWords = sizeof(State) / 4;
-    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
-    unsigned words[kWords];
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) {
-        unsigned remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address + 4 * k), "r"(rank));
-        asm volatile("ld.shared::cluster.b32 %0, [%1];" : "=r"(words[k]) : "r"(remote) : "memory");
-    }
-    State s;
-    memcpy(&s, words, sizeof(State));
-    return s;
+template <typename State, int ClusterSize>
+__device__ __forceinline__ ClusterInbox<State, ClusterSize>& cluster_inbox() {
+    __shared__ ClusterInbox<State, ClusterSize> inbox;  // one per kernel, whatever calls it
+    return inbox;
 }
 
-// The cluster's state, from each block's (every thread of a block holds its
-// block's state, as block_merge leaves it): thread 0 publishes it in shared
-// memory, a cluster barrier makes it visible, and every warp reads and merges
-// the ClusterSize states. Before exiting, the caller must cluster_wait() for the
-// arrive at the end: no block may leave while another can still read its state.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Every thread, before cluster_merge (softmax: at the kernel's start): thread 0 makes
+// the inbox's mbarrier, and the block arrives (relaxed: nothing to publish yet) at the
+// cluster barrier that cluster_merge waits on before it writes into other blocks'
+// inboxes. Opened early, every block has long arrived by then: the wait costs nothing.
+template <typename State, int ClusterSize>
+__device__ __forceinline__ void cluster_open_inbox() {
+    static_assert(ClusterSize >= 2 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "2 to 16 blocks");
+    static_assert(sizeof(State) % 4 == 0, "whole words");
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;"
+                     :: "r"(shared_address(&cluster_inbox<State, ClusterSize>().received)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // seen by the other blocks' writes
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+// The cluster's state, from each block's (every thread of a block holds its block's
+// state, as block_merge leaves it). Every thread must call it, after
+// cluster_open_inbox. Thread 0 announces the bytes to come; threads 0 to ClusterSize-1
+// each send the block's state to one block (its own included), in one message of 8
+// bytes or a word at a time; then every thread waits until its inbox holds the
+// ClusterSize states and merges them.
 template <typename State, int ClusterSize>
 __device__ __forceinline__ State cluster_merge(State block_state) {
-    static_assert(ClusterSize >= 2 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "2 to 16 blocks");
-    __shared__ State published;
-    if (threadIdx.x == 0) published = block_state;
-    cluster_arrive();  // release: published is visible to the cluster...
-    cluster_wait();    // ...once every block has arrived (acquire)
+    ClusterInbox<State, ClusterSize>& inbox = cluster_inbox<State, ClusterSize>();
+    const unsigned received = shared_address(&inbox.received);
+    if (threadIdx.x == 0) {
+        unsigned long long token;  // the barrier's phase (unused: the inbox is used once)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+                     : "=l"(token) : "r"(received), "r"(static_cast<unsigned>(ClusterSize * sizeof(State))) : "memory");
+    }
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block's inbox is made
+    if (threadIdx.x < ClusterSize) {
+        unsigned my_rank, slot, counter;
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(my_rank));
+        // mapa: the same shared-memory address in the block of rank threadIdx.x
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(shared_address(&inbox.states[my_rank])), "r"(threadIdx.x));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(counter) : "r"(received), "r"(threadIdx.x));
+        constexpr int kWords = sizeof(State) / 4;
+        unsigned words[kWords];
+        memcpy(words, &block_state, sizeof(State));
+        if constexpr (sizeof(State) == 8) {  // one message (8-byte aligned: the mbarrier comes first)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+                         :: "r"(slot), "r"(words[0]), "r"(words[1]), "r"(counter) : "memory");
+        } else {
+#pragma unroll
+            for (int k = 0; k < kWords; ++k)
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                             :: "r"(slot + 4 * k), "r"(words[k]), "r"(counter) : "memory");
+        }
+    }
+    unsigned arrived;
+    do {  // try_wait suspends the thread for a while when the states are not all there yet
+        asm volatile("{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [%1], 0; selp.u32 %0, 1, 0, done; }"
+                     : "=r"(arrived) : "r"(received) : "memory");
+    } while (!arrived);
     const int lane = threadIdx.x % 32;
-    const State s = warp_merge(lane < ClusterSize ? load_from_cluster_rank(&published, lane) : State::identity());
-    cluster_arrive();  // done reading the others' shared memory
-    return s;
+    return warp_merge(lane < ClusterSize ? inbox.states[lane] : State::identity());
 }

@@ -307,7 +307,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Every load of a thread is issued before any is used (up to 128 bytes in flight
 // per thread), the row crosses HBM once, and max and sum come from ONE reduction
 // of MaxSum states: warp shuffles, one block barrier, then, for a cluster, one
-// exchange through distributed shared memory between two cluster barriers.
+// exchange of messages through distributed shared memory (cluster_merge, rows.cuh).
 // Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x
 // (consecutive blocks form a cluster); SharedPacks * BlockSize packs of dynamic
 // shared memory.
@@ -376,6 +376,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
         }
     }
     clock_phase(1);
+    if constexpr (ClusterSize > 1) cluster_open_inbox<MaxSum, ClusterSize>();
     static_assert(ColsPerThread % PackSize == 0, "whole packs");
     static_assert(ClusterSize >= 1 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "1 to 16 blocks");
     constexpr int kPacks = ColsPerThread / PackSize;
@@ -468,7 +469,6 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     if (ends.col >= 0)
         y[row * cols + ends.col] = narrow<T>(kKeepExp ? edge * scale : finish<Log>(edge, row_state.max, norm));
     clock_phase(5);
-    if constexpr (ClusterSize > 1) cluster_wait();  // no block leaves while another may still read its state
 }
 
 // Step 1 of the ladder, naive: three kernels and two intermediate vectors. The
