@@ -109,6 +109,8 @@ __device__ __forceinline__ State block_merge(State s) {
 // 136.0 (H200, 2026-11-24, in turns; the chapter's "Where a long row's time goes").
 template <typename State, int ClusterSize>
 struct ClusterInbox {
+    static_assert(ClusterSize >= 2 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "2 to 16 blocks");
+    static_assert(sizeof(State) % 4 == 0, "whole words");
     unsigned long long received;  // mbarrier: one arrival (the block's own) and ClusterSize * sizeof(State) bytes
     State states[ClusterSize];    // states[r]: the state of the block of rank r
 };
@@ -129,8 +131,6 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // inboxes. Opened early, every block has long arrived by then: the wait costs nothing.
 template <typename State, int ClusterSize>
 __device__ __forceinline__ void cluster_open_inbox() {
-    static_assert(ClusterSize >= 2 && ClusterSize <= 16 && (ClusterSize & (ClusterSize - 1)) == 0, "2 to 16 blocks");
-    static_assert(sizeof(State) % 4 == 0, "whole words");
     if (threadIdx.x == 0) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;"
                      :: "r"(shared_address(&cluster_inbox<State, ClusterSize>().received)) : "memory");

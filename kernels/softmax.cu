@@ -260,7 +260,7 @@ template <int Q, int Count, int Stride, typename P>
 __device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_first, int in_range) {
     if constexpr (Q < Count) {
         constexpr int kOffset = Q * Stride;
-        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_first));
+        const unsigned dst = shared_address(shared_first);
         if (Q < in_range) {
             if constexpr (sizeof(P) == 16)  // .cg: caches in L2 only; the row is read once
                 asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(dst), "l"(global_first), "n"(kOffset)
