@@ -12,6 +12,7 @@ A softmax moves 2 * rows * cols * sizeof(T) bytes when it reads the row once
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -265,29 +266,59 @@ def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None)
     return SoftmaxVariant("ft_style", dtype, 1, max(32, -(-cols // 32) * 32), rows_per_block=per_head_rows or 1)
 
 
-# The cluster path's shapes, shortest rows first: (block, values per thread in
-# registers, blocks per row, values per thread in shared memory), per register
-# bytes per value (see variant_for). Tuned on the H200 (2026-11-22; book/softmax.ipynb
-# shows the sweep): the row takes up to 128 bytes per thread in registers (32 of
-# them) and, for the longest rows (fp32 from 65536 values, fp16 from 32768), as many
-# again in shared memory, which halves the threads a row needs. The block grows to
-# 1024 threads before a cluster forms. Re-tuned once the blocks of a cluster
-# exchanged messages instead of meeting at barriers (rows.cuh; H200, 2026-11-24, in
-# turns, us): 16-bit rows in 256-thread blocks, twice the cluster: fp16 1024 x 131072
-# 141.1 (512-thread blocks 144.6), 512 x 262144 143.0 (146.5); bf16 140.4 (the barrier
-# kernel: 155.0), 141.9 (147.5). fp32 1024 x 65536 measured faster in two 1024-thread
-# blocks of registers (137.9 against 139.5), but rows that fill the second block only
-# partly lost: 1335 x 50257 fell from 86% to 79% of the ceiling in the chapter's
-# recording (one 1024-thread block an SM), so fp32 keeps 512-thread blocks there.
+class ClusterShape(NamedTuple):
+    """One shape of the cluster path: block threads, values a thread holds in registers,
+    blocks a row (the cluster) and values a thread holds in shared memory; the row
+    takes it only if it fills at least least_fill of what the shape holds."""
+    block: int
+    per_thread: int
+    cluster: int
+    shared: int = 0
+    least_fill: float = 0.0
+
+    @property
+    def holds(self) -> int:
+        return self.block * (self.per_thread + self.shared) * self.cluster
+
+
+# The cluster path's shapes, shortest rows first, per register bytes per value (see
+# variant_for). Tuned on the H200 (2026-11-22; book/softmax.ipynb shows the sweep): the
+# row takes up to 128 bytes per thread in registers (32 of them); the block grows to
+# 1024 threads before a cluster forms. Once the blocks of a cluster exchanged messages
+# instead of meeting at barriers (rows.cuh), clusters became cheap, and re-tuned then
+# (H200, 2026-11-24, in turns, 256 MiB, us): long rows held in registers only, in
+# clusters of 256-thread blocks twice or four times as large, beat the shapes with a
+# shared part wherever the row fills them: fp32 65536 133.6 (512 x 32 + 32 shared, 2
+# blocks: 136.6), 131072 133.4 (142.7), 262144 in 512-thread blocks 140.9 (144.1); fp16
+# 32768 133.4 (136.6), 65536 133.2 (136.3), 131072 133.3 (141.6), 262144 138.2 (142.2).
+# A row that fills such a cluster only in part leaves blocks with nothing to hold, and
+# those cost more than a shared part's slack: fp16 rows at 50-77% of the cluster lost
+# 8-37% (50257: 155.1 against 140.4), fp32 rows in 16-block clusters 3% at half (66000:
+# 159.6 against 155.0) and 17% in 512-thread blocks at 53% (140000: 188.8 / 161.3). So a
+# register-only cluster is taken only from least_fill of it; fp32 rows in 8-block
+# clusters took it from half full on (33000: 147.0 / 148.4; 50257: 133.9 / 139.4).
+# For each row length the first shape that holds it and that it fills enough.
+CLUSTER_SHAPES = {
+    4: (ClusterShape(64, 32, 1), ClusterShape(128, 32, 1), ClusterShape(256, 32, 1), ClusterShape(512, 32, 1),
+        ClusterShape(1024, 32, 1), ClusterShape(256, 32, 8),
+        ClusterShape(256, 32, 16, least_fill=5 / 8), ClusterShape(512, 32, 4, 32),
+        ClusterShape(512, 32, 16, least_fill=7 / 8), ClusterShape(512, 32, 8, 32), ClusterShape(1024, 32, 8, 32)),
+    2: (ClusterShape(32, 64, 1), ClusterShape(64, 64, 1), ClusterShape(128, 64, 1), ClusterShape(256, 64, 1),
+        ClusterShape(128, 64, 4, least_fill=7 / 8), ClusterShape(256, 64, 1, 64),
+        ClusterShape(256, 64, 4, least_fill=7 / 8), ClusterShape(512, 64, 1, 64),
+        ClusterShape(256, 64, 8, least_fill=7 / 8), ClusterShape(256, 64, 4, 64),
+        ClusterShape(256, 64, 16, least_fill=7 / 8), ClusterShape(256, 64, 8, 64),
+        ClusterShape(512, 64, 16, least_fill=7 / 8), ClusterShape(512, 64, 8, 64), ClusterShape(1024, 64, 8, 64)),
+}
+# Before (2026-11-22 to 24), for the record: the shared part for fp32 rows from 32769
+# values on and 16-bit rows from 16385; 16-bit rows in 512-thread blocks. Re-tuned once
+# the messages came (in turns, us): 16-bit rows in 256-thread blocks, twice the cluster:
+# fp16 1024 x 131072 141.1 (512-thread blocks 144.6), 512 x 262144 143.0 (146.5); bf16
+# 140.4 (the barrier kernel: 155.0), 141.9 (147.5). fp32 rows in two 1024-thread blocks
+# of registers lost where they fill the second block only in part: 1335 x 50257 fell
+# from 86% to 79% of the ceiling in the chapter's recording.
 # 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
 # per SM, so more bytes in flight than 128-thread blocks of 16 values).
-# For each row length the first shape that holds it is used.
-CLUSTER_SHAPES = {
-    4: ((64, 32, 1, 0), (128, 32, 1, 0), (256, 32, 1, 0), (512, 32, 1, 0), (1024, 32, 1, 0), (512, 32, 2, 32),
-        (512, 32, 4, 32), (512, 32, 8, 32), (1024, 32, 8, 32)),
-    2: ((32, 64, 1, 0), (64, 64, 1, 0), (128, 64, 1, 0), (256, 64, 1, 0), (256, 64, 1, 64), (512, 64, 1, 64),
-        (256, 64, 4, 64), (256, 64, 8, 64), (512, 64, 8, 64), (1024, 64, 8, 64)),
-}
 
 
 # The lane-group path's block: 64 threads when the block still moves at least MIN_BLOCK_BYTES
@@ -338,7 +369,8 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
     BLOCK_ROW_FROM_BYTES (fp32 rows of 513 to 1024 values), a block of 64 threads per row,
     16 values a thread, on the cluster kernel. Longer rows, up to 2^19 values (fp32) or 2^20
     (fp16, bf16): the row on chip in a block, or in a cluster of blocks: the first of
-    CLUSTER_SHAPES that holds it, in whole packs; where the pack does not divide the row,
+    CLUSTER_SHAPES that holds it and that it fills to the shape's least_fill, in whole
+    packs; where the pack does not divide the row,
     its aligned middle (edges). Arrays aligned to no pack (pack 1) take a block, or for
     fp32 a cluster, fitted to the row (lone_value_shape): up to 2^15 values (16-bit) or
     2^17 (fp32). Longer still: the uncached block, online (two reads of the row)."""
@@ -367,10 +399,10 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
     # widen_at in rows.cuh). A row the pack does not divide keeps its packs (edges): its
     # middle, at most the whole packs the row holds, in the shape of that many values.
     middle = cols // pack * pack
-    for block, per_thread, cluster, shared in CLUSTER_SHAPES[itemsize]:
-        if block * (per_thread + shared) * cluster >= middle and per_thread >= pack:
-            return SoftmaxVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster,
-                                  shared_cols_per_thread=shared, log=log, edges=middle != cols)
+    for shape in CLUSTER_SHAPES[itemsize]:
+        if shape.holds >= middle >= shape.least_fill * shape.holds and shape.per_thread >= pack:
+            return SoftmaxVariant("cluster", dtype, pack, shape.block, shape.per_thread, cluster_size=shape.cluster,
+                                  shared_cols_per_thread=shape.shared, log=log, edges=middle != cols)
     return SoftmaxVariant("block_uncached", dtype, dividing, 1024, online=True, log=log)
 
 

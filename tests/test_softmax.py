@@ -9,9 +9,9 @@ import helpers
 from helpers.device import DeviceArray
 from helpers.operands import full_pack, np_dtype, widest_pack_for
 from helpers.compiler import compile_kernels
-from helpers.softmax_kernels import (C_TYPES, MIN_BLOCK_BYTES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE, SoftmaxVariant,
-                                     bytes_moved, cache_layout_cycles, cluster_phases, ft_style_for, max_error,
-                                     measure_dispatcher, reference, softmax, variant_for)
+from helpers.softmax_kernels import (C_TYPES, CLUSTER_SHAPES, MIN_BLOCK_BYTES, PHASE_CLOCK_WORDS, PHASES, TOLERANCE,
+                                     SoftmaxVariant, bytes_moved, cache_layout_cycles, cluster_phases, ft_style_for,
+                                     max_error, measure_dispatcher, reference, softmax, variant_for)
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
@@ -239,18 +239,25 @@ def test_no_kernel_the_dispatcher_picks_spills(log):
     """Every on-chip shape of CLUSTER_SHAPES, softmax and log-softmax, each dtype at its widest
     pack and at pack 1 (rows of odd length), compiled as the dispatcher would launch it. A
     spill would put the row through local memory, which is what the path exists to avoid.
-    (Log-softmax once spilled 136 bytes here: a column index per pack, kept for the stores.)"""
+    (Log-softmax once spilled 136 bytes here: a column index per pack, kept for the stores.)
+    Rows of a power of two fill the shapes that hold them; rows of 9/16 of one take the
+    shapes that follow a register-only cluster, which such rows fill too little."""
     for dtype, widest in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
-        for cols in (2048, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576):
-            for pack in (widest, 1):
-                v = variant_for(64, cols + (pack == 1), dtype, pack, log=log)
-                if v.path != "cluster":
-                    continue
-                spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
-                # pack 1: lone values, up to 32 registers of them (lone_value_shape): a few values
-                # may spill (at most 24 bytes over every shape the rule gives, NVRTC 13.0; the exps
-                # kept in flight), never the row.
-                assert spilled <= (0 if pack > 1 else 56), (v, spilled)
+        picked = set()
+        for full in (1 << k for k in range(11, 21)):
+            for cols in (full, full // 16 * 9):
+                for pack in (widest, 1):
+                    v = variant_for(64, cols + (pack == 1), dtype, pack, log=log)
+                    if v.path != "cluster":
+                        continue
+                    if pack > 1:
+                        picked.add((v.block_size, v.cols_per_thread, v.cluster_size, v.shared_cols_per_thread))
+                    spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
+                    # pack 1: lone values, up to 32 registers of them (lone_value_shape): a few values
+                    # may spill (at most 24 bytes over every shape the rule gives, NVRTC 13.0; the exps
+                    # kept in flight), never the row.
+                    assert spilled <= (0 if pack > 1 else 56), (v, spilled)
+        assert picked == {tuple(shape[:4]) for shape in CLUSTER_SHAPES[np_dtype(dtype).itemsize]}, (dtype, picked)
 
 
 def test_bf16_rows_take_the_shapes_and_registers_of_fp16_rows():
@@ -274,9 +281,10 @@ def test_bf16_rows_take_the_shapes_and_registers_of_fp16_rows():
 def test_the_dispatcher_holds_the_longest_rows_on_chip(gpu):
     """The first and the largest shapes of CLUSTER_SHAPES with a shared part (the largest:
     clusters of eight 1024-thread blocks, each with 64 KiB of shared memory) must be
-    placeable on this GPU, not only compile."""
+    placeable on this GPU, not only compile. (Rows that fill the register-only clusters
+    before them too little take them: 70000 fp32 values, 20000 fp16 ones.)"""
     rng = np.random.default_rng()
-    for dtype, cols in (("float32", 65536), ("float32", 524288), ("float16", 32768), ("float16", 1048576)):
+    for dtype, cols in (("float32", 70000), ("float32", 524288), ("float16", 20000), ("float16", 1048576)):
         host = (rng.standard_normal((2, cols)) * 3).astype(np_dtype(dtype))
         x, y = DeviceArray.from_numpy(host), DeviceArray((2, cols), dtype)
         y.poison()
