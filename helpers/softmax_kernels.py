@@ -297,6 +297,8 @@ class ClusterShape(NamedTuple):
 # 159.6 against 155.0) and 17% in 512-thread blocks at 53% (140000: 188.8 / 161.3). So a
 # register-only cluster is taken only from least_fill of it; fp32 rows in 8-block
 # clusters took it from half full on (33000: 147.0 / 148.4; 50257: 133.9 / 139.4).
+# 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
+# per SM, so more bytes in flight than 128-thread blocks of 16 values).
 # For each row length the first shape that holds it and that it fills enough.
 CLUSTER_SHAPES = {
     4: (ClusterShape(64, 32, 1), ClusterShape(128, 32, 1), ClusterShape(256, 32, 1), ClusterShape(512, 32, 1),
@@ -317,8 +319,6 @@ CLUSTER_SHAPES = {
 # 140.4 (the barrier kernel: 155.0), 141.9 (147.5). fp32 rows in two 1024-thread blocks
 # of registers lost where they fill the second block only in part: 1335 x 50257 fell
 # from 86% to 79% of the ceiling in the chapter's recording.
-# 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
-# per SM, so more bytes in flight than 128-thread blocks of 16 values).
 
 
 # The lane-group path's block: 64 threads when the block still moves at least MIN_BLOCK_BYTES
