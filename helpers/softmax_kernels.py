@@ -280,6 +280,11 @@ class ClusterShape(NamedTuple):
     def holds(self) -> int:
         return self.block * (self.per_thread + self.shared) * self.cluster
 
+    def takes(self, cols: int) -> bool:
+        """Whether a row of ``cols`` values (whole packs) goes to this shape: it holds the row
+        and the row fills at least least_fill of it."""
+        return self.holds >= cols >= self.least_fill * self.holds
+
 
 # The cluster path's shapes, shortest rows first, per register bytes per value (see
 # variant_for). Tuned on the H200 (2026-11-22; book/softmax.ipynb shows the sweep): the
@@ -291,34 +296,40 @@ class ClusterShape(NamedTuple):
 # shared part wherever the row fills them: fp32 65536 133.6 (512 x 32 + 32 shared, 2
 # blocks: 136.6), 131072 133.4 (142.7), 262144 in 512-thread blocks 140.9 (144.1); fp16
 # 32768 133.4 (136.6), 65536 133.2 (136.3), 131072 133.3 (141.6), 262144 138.2 (142.2).
-# A row that fills such a cluster only in part leaves blocks with nothing to hold, and
-# those cost more than a shared part's slack: fp16 rows at 50-77% of the cluster lost
-# 8-37% (50257: 155.1 against 140.4), fp32 rows in 16-block clusters 3% at half (66000:
-# 159.6 against 155.0) and 17% in 512-thread blocks at 53% (140000: 188.8 / 161.3). So a
-# register-only cluster is taken only from least_fill of it; fp32 rows in 8-block
-# clusters took it from half full on (33000: 147.0 / 148.4; 50257: 133.9 / 139.4).
+# A row that fills such a cluster only in part can cost more than a shared part's slack,
+# even cut into equal shares (softmax.cu). In turns (H200, 2026-11-24, us, register-only
+# against the shape with a shared part that follows it): fp32 2033 x 33000 in 8 blocks,
+# half full, 139.9 / 134.3, but 1677 x 40000 (61%) 132.5 / 134.1; fp16 1342 x 100001 in 8
+# blocks (76%) 146.5 / 140.8, 559 x 240000 in 16 (92%) 141.9 / 138.6, 536 x 250000 (95%)
+# 141.5 / 141.7. So a register-only cluster is taken only from least_fill of it. The
+# shapes with a shared part, re-tuned with the shares: smaller blocks in larger clusters
+# (fp32 838 x 80000 133.7 in 16 blocks of 128, 135.9 in 4 of 512; 223 x 300000 142.6 in
+# 16 of 512, 158.9 in 8 of 1024; fp16 447 x 300000 143.6 in 16 of 256, 161.7 in 8 of 512;
+# 167 x 800000 156.4 in 16 of 512, 187.0 in 8 of 1024). bf16 shares fp16's table, though
+# at 447 x 300000 it lost 1.5% to the old shape (164.1 / 161.7).
 # 16-bit rows of 2048 and 4096 values take one- and two-warp blocks (more blocks
 # per SM, so more bytes in flight than 128-thread blocks of 16 values).
-# For each row length the first shape that holds it and that it fills enough.
+# For each row length the first shape that takes it (ClusterShape.takes).
 CLUSTER_SHAPES = {
     4: (ClusterShape(64, 32, 1), ClusterShape(128, 32, 1), ClusterShape(256, 32, 1), ClusterShape(512, 32, 1),
-        ClusterShape(1024, 32, 1), ClusterShape(256, 32, 8),
-        ClusterShape(256, 32, 16, least_fill=5 / 8), ClusterShape(512, 32, 4, 32),
-        ClusterShape(512, 32, 16, least_fill=7 / 8), ClusterShape(512, 32, 8, 32), ClusterShape(1024, 32, 8, 32)),
+        ClusterShape(1024, 32, 1), ClusterShape(256, 32, 8, least_fill=9 / 16), ClusterShape(128, 32, 8, 32),
+        ClusterShape(256, 32, 16, least_fill=5 / 8), ClusterShape(128, 32, 16, 32),
+        ClusterShape(512, 32, 16, least_fill=7 / 8), ClusterShape(512, 32, 8, 32), ClusterShape(512, 32, 16, 32)),
     2: (ClusterShape(32, 64, 1), ClusterShape(64, 64, 1), ClusterShape(128, 64, 1), ClusterShape(256, 64, 1),
         ClusterShape(128, 64, 4, least_fill=7 / 8), ClusterShape(256, 64, 1, 64),
         ClusterShape(256, 64, 4, least_fill=7 / 8), ClusterShape(512, 64, 1, 64),
         ClusterShape(256, 64, 8, least_fill=7 / 8), ClusterShape(256, 64, 4, 64),
-        ClusterShape(256, 64, 16, least_fill=7 / 8), ClusterShape(256, 64, 8, 64),
-        ClusterShape(512, 64, 16, least_fill=7 / 8), ClusterShape(512, 64, 8, 64), ClusterShape(1024, 64, 8, 64)),
+        ClusterShape(256, 64, 16, least_fill=15 / 16), ClusterShape(256, 64, 8, 64),
+        ClusterShape(512, 64, 16, least_fill=7 / 8), ClusterShape(256, 64, 16, 64), ClusterShape(512, 64, 16, 64)),
 }
 # Before (2026-11-22 to 24), for the record: the shared part for fp32 rows from 32769
-# values on and 16-bit rows from 16385; 16-bit rows in 512-thread blocks. Re-tuned once
-# the messages came (in turns, us): 16-bit rows in 256-thread blocks, twice the cluster:
-# fp16 1024 x 131072 141.1 (512-thread blocks 144.6), 512 x 262144 143.0 (146.5); bf16
-# 140.4 (the barrier kernel: 155.0), 141.9 (147.5). fp32 rows in two 1024-thread blocks
-# of registers lost where they fill the second block only in part: 1335 x 50257 fell
-# from 86% to 79% of the ceiling in the chapter's recording.
+# values on and 16-bit rows from 16385; 16-bit rows in 512-thread blocks; until the
+# shares, fp32 rows past 2^18 values in 8 blocks of 1024 threads and 16-bit ones in 8 of
+# 512 or 1024. Re-tuned once the messages came (in turns, us): 16-bit rows in 256-thread
+# blocks, twice the cluster: fp16 1024 x 131072 141.1 (512-thread blocks 144.6), 512 x
+# 262144 143.0 (146.5); bf16 140.4 (the barrier kernel: 155.0), 141.9 (147.5). fp32 rows
+# in two 1024-thread blocks of registers lost where they fill the second block only in
+# part: 1335 x 50257 fell from 86% to 79% of the ceiling in the chapter's recording.
 
 
 # The lane-group path's block: 64 threads when the block still moves at least MIN_BLOCK_BYTES
@@ -400,7 +411,7 @@ def variant_for(rows: int, cols: int, dtype: str, pack: int, *, log: bool = Fals
     # middle, at most the whole packs the row holds, in the shape of that many values.
     middle = cols // pack * pack
     for shape in CLUSTER_SHAPES[itemsize]:
-        if shape.holds >= middle >= shape.least_fill * shape.holds and shape.per_thread >= pack:
+        if shape.takes(middle) and shape.per_thread >= pack:
             return SoftmaxVariant("cluster", dtype, pack, shape.block, shape.per_thread, cluster_size=shape.cluster,
                                   shared_cols_per_thread=shape.shared, log=log, edges=middle != cols)
     return SoftmaxVariant("block_uncached", dtype, dividing, 1024, online=True, log=log)

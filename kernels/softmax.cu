@@ -277,14 +277,15 @@ __device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // A row split across a cluster of ClusterSize blocks, held on chip: block `rank`
-// of the cluster keeps columns [rank * slice, (rank + 1) * slice), each thread
-// ColsPerThread of them in registers as packs (pack p of a thread at
-// (p * BlockSize + thread) * PackSize, so a warp's loads are contiguous) and, with
-// SharedPacks > 0, SharedPacks more packs in shared memory, after the register
-// part. Registers hold at most 128 bytes of the row per thread (beyond that they
-// spill); shared memory doubles what one SM holds, so a row needs half the blocks,
-// and a cluster half the size (or none). Those packs arrive by cp.async, without
-// registers, and each thread reads back only its own slots: no barrier.
+// of the cluster keeps columns [rank * share, (rank + 1) * share), an equal share of
+// the row (below), each thread up to ColsPerThread of them in registers as packs
+// (pack p of a thread at (p * BlockSize + thread) * PackSize, so a warp's loads are
+// contiguous) and, with SharedPacks > 0, up to SharedPacks more packs in shared
+// memory, after the register part. Registers hold at most 128 bytes of the row per
+// thread (beyond that they spill); shared memory doubles what one SM holds, so a row
+// needs half the blocks, and a cluster half the size (or none). Those packs arrive
+// by cp.async, without registers, and each thread reads back only its own slots: no
+// barrier.
 // ClusterSize 1 is a block per row. With Edges the pack need not divide cols: the
 // slices cover the row's aligned middle, and its head and tail go to the first block.
 // The packs stay in the storage type: a 16-bit row takes half the registers of a
@@ -387,8 +388,23 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     const float minus_inf = -__int_as_float(0x7f800000);
     const long long row = blockIdx.x / ClusterSize;
     const RowEdges<PackSize, Edges> ends(row, cols, blockIdx.x % ClusterSize == 0);
-    const long long first_col = (blockIdx.x % ClusterSize) * kSlice;  // of the middle
-    const long long slice_cols = min(kSlice, ends.middle_cols - first_col);  // <= 0: a block past the row's end
+    // Every block of the cluster takes an equal share of the row's middle, in whole warps'
+    // packs. A row that fills the cluster in part then leaves every block a little short of
+    // its slice, which it takes from the shared part first; cut into whole slices, it kept
+    // the first blocks full, shared part and all, and the last ones empty while they held
+    // their SMs' slots until the row was done. H200, 2026-11-24, in turns, 256 MiB, us,
+    // whole slices -> shares: fp16 1677 x 80000 152.6 -> 134.5, 1342 x 100001 145.1 ->
+    // 140.8, 671 x 200000 143.9 -> 136.8; fp32 479 x 140000 160.8 -> 135.8. Rows that fill
+    // their shape are cut as before. Lone values (PackSize 1) keep whole slices: with
+    // shares the compiler kept their bounds predicates in registers (P2R), 46 -> 75 of
+    // them for 256 x 25 values x 8 blocks, and 1,335 x 50257 fp32 fell from 3,908 to
+    // 3,357 GB/s in the chapter's recording; the shapes fitted to them fill their blocks.
+    constexpr int kWarpCols = 32 * PackSize;  // a row on chip is well under 2^31 values
+    constexpr int kClusterWarpCols = ClusterSize * kWarpCols;
+    const long long share = PackSize == 1 ? kSlice : min(static_cast<int>(kSlice),
+                                (static_cast<int>(ends.middle_cols) + kClusterWarpCols - 1) / kClusterWarpCols * kWarpCols);
+    const long long first_col = (blockIdx.x % ClusterSize) * share;  // of the middle
+    const long long slice_cols = min(share, ends.middle_cols - first_col);  // <= 0: a block past the row's end
     // Pack i of this thread is mine[i * BlockSize] (column (i * BlockSize + thread) * PackSize
     // of the slice, so a warp's accesses are contiguous): one base pointer per side and
     // constant offsets, and one count for the bounds, so no per-pack address or

@@ -240,12 +240,12 @@ def test_no_kernel_the_dispatcher_picks_spills(log):
     pack and at pack 1 (rows of odd length), compiled as the dispatcher would launch it. A
     spill would put the row through local memory, which is what the path exists to avoid.
     (Log-softmax once spilled 136 bytes here: a column index per pack, kept for the stores.)
-    Rows of a power of two fill the shapes that hold them; rows of 9/16 of one take the
-    shapes that follow a register-only cluster, which such rows fill too little."""
+    Rows of a power of two fill the shapes that hold them; rows of just over half of one
+    (17/32) take the shapes that follow a register-only cluster, which they fill too little."""
     for dtype, widest in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
         picked = set()
         for full in (1 << k for k in range(11, 21)):
-            for cols in (full, full // 16 * 9):
+            for cols in (full, full // 32 * 17):
                 for pack in (widest, 1):
                     v = variant_for(64, cols + (pack == 1), dtype, pack, log=log)
                     if v.path != "cluster":
@@ -280,7 +280,7 @@ def test_bf16_rows_take_the_shapes_and_registers_of_fp16_rows():
 
 def test_the_dispatcher_holds_the_longest_rows_on_chip(gpu):
     """The first and the largest shapes of CLUSTER_SHAPES with a shared part (the largest:
-    clusters of eight 1024-thread blocks, each with 64 KiB of shared memory) must be
+    clusters of sixteen 512-thread blocks, each with 64 KiB of shared memory) must be
     placeable on this GPU, not only compile. (Rows that fill the register-only clusters
     before them too little take them: 70000 fp32 values, 20000 fp16 ones.)"""
     rng = np.random.default_rng()
