@@ -227,15 +227,20 @@ CLUSTER_SHAPES = {
 STREAMED_SHAPES = ((256, 8), (512, 8), (512, 16))
 STREAMED_FROM = 1024  # rows longer than this (and up to the last shape's) take the streamed path
 LONE_VALUE_BLOCKS = (128, 256, 512, 1024)  # rows of odd length: the blocks lone_value_shape may fit
-# The lane-group path: rows of up to WARP_MAX_COLS values, in blocks of one warp, as
-# torch.compile's generated kernels run them (num_warps 1). Scratch sweeps, in turns with
-# the two-warp blocks it had before and torch.compile (H200, 2026-11-22, GB/s): level in
-# fp16 (524288 x 256: 4015 / 4019 / 4089), ahead at 1024 values (fp16 131072 x 1024:
-# 4053 / 4035 / 4069; fp32 65536 x 1024, 32 values a lane with early weight and bias:
-# 4067 against 4039 for two warps of 16 values a thread, and 4078 for torch.compile).
-# One-warp blocks free their registers as soon as their warp is done, which is what
-# lets 121 registers a lane (fp32 rows of 1024 with early weight and bias) pay.
-WARP_BLOCK = 32
+# The lane-group path: rows of up to WARP_MAX_COLS values, each lane holding at least
+# LANE_VALUES of them, widened to float (layernorm_warp_per_row); blocks of two warps where a
+# lane holds that many, of one warp (as torch.compile's generated kernels run such rows,
+# num_warps 1) where it holds more (rows of 513 to 1024 values). Before the values were kept
+# widened, 16-bit lanes held 64 bytes (32 values) in one-warp blocks; in turns with that kernel
+# and torch.compile (H200, 2026-11-24, 256 MiB, us, before -> now (torch.compile)): fp16 256
+# 133.3 -> 131.9 (131.5), 512 132.4 -> 131.8 (131.7), 768 131.5 -> 131.1 (132.2), 1024 132.4 ->
+# 132.3 (131.9); bf16 256 133.4 -> 131.8 (131.4), 512 132.5 -> 131.9 (131.6), 768 132.1 -> 131.6
+# (131.3), 1024 132.5 -> 132.4 (131.7); fp32 (no widening to save) within 0.1%, but 768 132.1 ->
+# 131.4 (131.9). One-warp blocks of 16-value lanes: fp16 256 164.5 us (an SM holds 32 blocks, so
+# 64 rows of 512 bytes in flight); two-warp blocks of wider lanes: fp32 1024 135.2 against 132.4.
+LANE_VALUES = 16
+LANE_GROUP_BLOCK = 64  # lanes of up to LANE_VALUES values
+WIDE_LANE_BLOCK = 32  # lanes of more
 WARP_MAX_COLS = 1024
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
@@ -247,9 +252,10 @@ WARP_MAX_COLS = 1024
 
 def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
     """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row
-    in registers, each lane holding at least 64 bytes (and a whole pack), the group just
-    wide enough for the row (a whole warp: each lane as many packs as the row needs);
-    fp32 rows of 256 values and more, in 16-byte packs, load weight and bias with the row.
+    in registers, each lane holding at least LANE_VALUES values (and a whole pack), the group
+    just wide enough for the row (a whole warp: each lane as many packs as the row needs),
+    in blocks of two warps, or of one where the lanes hold more; fp32 rows of 256 values and
+    more, in 16-byte packs, load weight and bias with the row.
     Longer rows: the row in the registers of a block, or of a cluster of blocks: the first
     of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values; 2^20 for 16-bit ones):
     the fused block per row with Welford states, which re-reads the row. fp32 rows of 1025
@@ -260,10 +266,11 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     or 2^17 (fp32); longer, the fused block."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= WARP_MAX_COLS:
-        per_thread, group = lane_group_shape(cols, pack, itemsize, 64)
+        per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
         if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
             per_thread = -(-cols // (32 * pack)) * pack
-        return LayerNormVariant("warp", dtype, pack, WARP_BLOCK, per_thread, group,
+        block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
+        return LayerNormVariant("warp", dtype, pack, block, per_thread, group,
                                 early_affine=itemsize == 4 and pack == 4 and cols >= 256)
     if pack == 1:
         fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)

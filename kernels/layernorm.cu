@@ -152,14 +152,9 @@ __device__ __forceinline__ void load_slice(P (&packs)[kPacks], const P* slice, i
         if (p * Stride + lane < slice_packs) packs[p] = load(slice, p * Stride + lane);
 }
 
-// How the threads that share a row add up a float, each of them receiving the total.
-// A lane group: GroupWidth consecutive lanes of a warp; shuffles, no barrier.
-template <int GroupWidth>
-struct LaneGroup {
-    template <int Round>
-    __device__ static float sum(float v) { return warp_reduce<Sum, GroupWidth>(v); }
-};
-// A block: each warp's total goes to shared memory, one barrier, then every warp adds
+// How the threads of a block add up a float, each of them receiving the total
+// (slice_mean_m2's Threads; a lane group adds with warp_reduce alone): each warp's
+// total goes to shared memory, one barrier, then every warp adds
 // the BlockSize / 32 totals in groups of that many lanes: no more shuffle rounds than
 // the warps need (block_merge's second stage takes five). Each Round has its own slots,
 // so two sums in a row need no barrier between them.
@@ -183,8 +178,9 @@ struct WholeBlock {
 // over the threads. The first pass and sum give the mean, the second the squares
 // about it. A merge of (count, mean, M2) states (Chan's rule) exchanges three words
 // and divides at every level of its tree; this exchanges one float a level and
-// divides once. It measured faster in lane groups of 16-bit rows and in the streamed
-// path's blocks (where they use it, with the numbers).
+// divides once. It measured faster in the streamed path's blocks (where it is used,
+// with the numbers), and so do lane groups, which take the same two sums over values
+// they keep widened (layernorm_warp_per_row).
 //
 // Why a shift: Welford's states fix the variance, but the mean is still a float,
 // rounded at every merge; on inputs like 1e4 + N(0, 1) that is a few ulps of 1e4
@@ -274,6 +270,14 @@ struct Affine {
                 if (p * Stride + lane < slice_packs) weight[p] = w[p * Stride + lane], bias[p] = b[p * Stride + lane];
         }
     }
+    // Pack p of the thread's slice, which is pack `at` of the row (a copy: passed by
+    // reference, a late pack was loaded value by value).
+    __device__ __forceinline__ P weight_pack(int p, long long at) const {
+        if constexpr (Early) return weight[p]; else return weight_at[at];
+    }
+    __device__ __forceinline__ P bias_pack(int p, long long at) const {
+        if constexpr (Early) return bias[p]; else return bias_at[at];
+    }
 };
 
 // Late weight and bias can be loaded Chunk packs at a time, a chunk's loads issued
@@ -321,9 +325,15 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, co
 }
 
 // Step 4, short rows: a group of GroupWidth lanes per row (a warp, or fewer),
-// the row in registers in its storage type, ColsPerThread values per lane.
-// Statistics: each lane's exact (count, mean, M2) of x - x[row][0], merged by
-// shuffles within the group: no shared memory, no barrier, no E[x²] - E[x]².
+// ColsPerThread values per lane. Each lane widens its values to float once, as they
+// arrive, less the shift x[row][0], and keeps them so: the sum, the squares about the
+// mean and the output then take one or two instructions a value. Held in their storage
+// type instead and widened at each of those three passes (as the block and cluster
+// paths hold them, to save registers), 16-bit rows took more instructions (at 16 values
+// a lane, 504 SASS instructions against 368), and in blocks of one or two warps, at
+// most 32 an SM, they showed (the numbers are with the dispatcher's rule in
+// helpers/layernorm_kernels.py). Statistics: two float
+// sums within the group by shuffles: no shared memory, no barrier, no E[x²] - E[x]².
 template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int BlockSize, bool EarlyAffine>
 __global__ void __launch_bounds__(BlockSize)
 layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -340,20 +350,46 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight), reinterpret_cast<const P*>(bias),
                                                            lane, row_packs);
     const float shift = row < rows ? widen(x[row * cols]) : 0.0f;
-    // 16-bit rows: two sums within the group (H200, 2026-11-23, in turns with the merges: bf16
-    // 131072 x 1024 3,932 -> 4,050 GB/s, fp16 174763 x 768 3,831 -> 3,977, fp16 524288 x 256
-    // 4,013 -> 4,034; 512 and 1024 level). fp32 rows keep the merges: there the sums measured level
-    // at 256 and 512 values and 3.5% slower at 1024 (4,101 -> 3,957), cause not found.
-    MeanM2 state;
-    if constexpr (sizeof(T) == 2)
-        state = slice_mean_m2<LaneGroup<GroupWidth>, GroupWidth>(packs, lane, row_packs, shift);
-    else
-        state = warp_merge<MeanM2, GroupWidth>(thread_mean_m2<GroupWidth>(packs, lane, row_packs, shift));
+    float v[ColsPerThread];  // x - shift, then x - shift - mean; 0 where the lane's pack is past the row
+    float sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const bool in_row = p * GroupWidth + lane < row_packs;
+#pragma unroll
+        for (int k = 0; k < PackSize; ++k) {
+            v[p * PackSize + k] = in_row ? widen_at(packs[p], k) - shift : 0.0f;
+            sum += v[p * PackSize + k];
+        }
+    }
+    const float inv_cols = 1.0f / static_cast<float>(cols);
+    const float mean = warp_reduce<Sum, GroupWidth>(sum) * inv_cols;  // every lane sums, even past the last row
+    float m2 = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const bool in_row = p * GroupWidth + lane < row_packs;
+#pragma unroll
+        for (int k = 0; k < PackSize; ++k) {
+            v[p * PackSize + k] -= mean;
+            if (in_row) m2 += v[p * PackSize + k] * v[p * PackSize + k];
+        }
+    }
+    m2 = warp_reduce<Sum, GroupWidth>(m2);
     if (row >= rows) return;  // ...but shuffles with the others first
-    const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
-    if (lane == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, GroupWidth>(
-        packs, reinterpret_cast<P*>(y + row * cols), affine, lane, row_packs, state.mean_, rstd, shift);
+    const float rstd = rsqrtf(m2 * inv_cols + eps);
+    if (lane == 0) write_statistics(mean_out, rstd_out, row, shift + mean, rstd);
+    P* out = reinterpret_cast<P*>(y + row * cols);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+        const long long at = p * GroupWidth + lane;
+        if (at < row_packs) {
+            const P scale = affine.weight_pack(p, at), offset = affine.bias_pack(p, at);
+            P result;
+#pragma unroll
+            for (int k = 0; k < PackSize; ++k)
+                result.values[k] = narrow<T>(v[p * PackSize + k] * rstd * widen_at(scale, k) + widen_at(offset, k));
+            store_pack(out + at, result);
+        }
+    }
 }
 
 // Step 4, long rows: the row in the registers of a block, or of a cluster of

@@ -15,7 +15,7 @@ def _opcodes(v):
 
 
 def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
-    for v in [LayerNormVariant("warp", "float32", 4, 128, 32, 32), LayerNormVariant("warp", "float16", 8, 128, 16, 2),
+    for v in [LayerNormVariant("warp", "float32", 4, 32, 32, 32), LayerNormVariant("warp", "float16", 8, 64, 16, 2),
               LayerNormVariant("warp", "float32", 4, 64, 16, 32, early_affine=True),
               LayerNormVariant("cluster", "float32", 4, 1024, 32, cluster_size=8),
               LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=16)]:
@@ -101,17 +101,18 @@ def test_variants_refuse_what_they_cannot_take(kwargs, message):
 
 
 def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
-    # rows of up to 1024 values: one-warp blocks, a lane group per row, 64 bytes a lane or more
-    assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 32, early_affine=True)
-    assert variant_for(256, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 16, early_affine=True)
-    assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 16, 8)
+    # rows of up to 1024 values: a lane group per row, 16 values a lane or more, two-warp blocks
+    assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 32, early_affine=True)
+    assert variant_for(256, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16, early_affine=True)
+    assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 8)
+    assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 16)
+    # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
     assert variant_for(768, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 24, 32)
     assert variant_for(520, "float32", 4).cols_per_thread == 20 and variant_for(513, "float16", 1).cols_per_thread == 17
     assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)
-    assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 8)
-    assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 32, 32, 1)
+    assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 64, 16, 1)
     assert variant_for(2048, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 32)  # past 1024 values
     for cols in (8193, 16384, 65536, 262144, 524288):
         v = variant_for(cols, "float32", 4)
