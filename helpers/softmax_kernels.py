@@ -161,7 +161,7 @@ class SoftmaxVariant:
         if self.path == "warp":
             return self.cols_per_thread * self.group_width
         if self.path == "cluster":
-            return (self.cols_per_thread + self.shared_cols_per_thread) * self.block_size * self.cluster_size
+            return ClusterShape(self.block_size, self.cols_per_thread, self.cluster_size, self.shared_cols_per_thread).holds
         if self.path == "ft_style":
             return self.block_size
         return None
@@ -314,14 +314,31 @@ CLUSTER_SHAPES = {
     4: (ClusterShape(64, 32, 1), ClusterShape(128, 32, 1), ClusterShape(256, 32, 1), ClusterShape(512, 32, 1),
         ClusterShape(1024, 32, 1), ClusterShape(256, 32, 8, least_fill=9 / 16), ClusterShape(128, 32, 8, 32),
         ClusterShape(256, 32, 16, least_fill=5 / 8), ClusterShape(128, 32, 16, 32),
-        ClusterShape(512, 32, 16, least_fill=7 / 8), ClusterShape(512, 32, 8, 32), ClusterShape(512, 32, 16, 32)),
+        ClusterShape(512, 24, 16, 8, least_fill=7 / 8), ClusterShape(512, 32, 8, 32), ClusterShape(512, 32, 16, 32)),
     2: (ClusterShape(32, 64, 1), ClusterShape(64, 64, 1), ClusterShape(128, 64, 1), ClusterShape(256, 64, 1),
         ClusterShape(128, 64, 4, least_fill=7 / 8), ClusterShape(256, 64, 1, 64),
-        ClusterShape(256, 64, 4, least_fill=7 / 8), ClusterShape(512, 64, 1, 64),
-        ClusterShape(256, 64, 8, least_fill=7 / 8), ClusterShape(256, 64, 4, 64),
-        ClusterShape(256, 64, 16, least_fill=15 / 16), ClusterShape(256, 64, 8, 64),
+        ClusterShape(256, 64, 4, least_fill=7 / 8), ClusterShape(256, 56, 2, 64),
+        ClusterShape(256, 64, 8, least_fill=7 / 8), ClusterShape(256, 56, 4, 64),
+        ClusterShape(256, 48, 16, 16, least_fill=15 / 16), ClusterShape(256, 64, 8, 64),
         ClusterShape(512, 64, 16, least_fill=7 / 8), ClusterShape(256, 64, 16, 64), ClusterShape(512, 64, 16, 64)),
 }
+# Four shapes hold fewer values a thread in registers than their neighbours (24 floats, 56
+# or 48 16-bit values), the rest in shared memory. Timed in turns at 256 MiB against the
+# shapes they replace (H200, 2026-11-24, three rounds, us, old -> new):
+# - fp32 rows of 229 377-262 144, (512, 32, 16) -> (512, 24, 16, 8): 240000 142.4 -> 136.8,
+#   262144 141.5 -> 138.3;
+# - 16-bit rows of 32 769-57 343, (512, 64, 1, 64) -> (256, 56, 2, 64): fp16 33000 135.9 ->
+#   134.8, 50257 140.8 -> 138.1, 57000 138.8 / 138.9;
+# - 65 537-114 687, (256, 64, 4, 64) -> (256, 56, 4, 64): fp16 100001 141.6 -> 138.3, 70001
+#   155.0 -> 136.2, bf16 80000 145.5 -> 135.4, 66000 159.1 -> 137.1; but fp16 rows the pack
+#   divides lost 0.4-1.5% (66000 137.8 -> 139.9, 80000 134.8 -> 135.7, 114000 138.7 -> 139.6);
+# - 245 760-262 144, (256, 64, 16) -> (256, 48, 16, 16): fp16 250000 142.0 -> 137.5, 262144
+#   138.7 -> 136.8, bf16 140.9 -> 137.6.
+# Fewer registers can put one more block on an SM (fp16 100001 in 48 of them: 5 blocks, 154
+# rows at once, against 4 and 124), but the gain did not follow the blocks: 56 values in 54
+# registers, still 4 blocks an SM, gained the most there. With blocks an SM capped by unused
+# shared memory, the same kernel lost 10% with one block an SM fewer and 41% with two (fp16
+# 100001: 141.0, 155.6, 198.8 us for 4, 3, 2 blocks): these rows need every byte in flight.
 # Before (2026-11-22 to 24), for the record: the shared part for fp32 rows from 32769
 # values on and 16-bit rows from 16385; 16-bit rows in 512-thread blocks; until the
 # shares, fp32 rows past 2^18 values in 8 blocks of 1024 threads and 16-bit ones in 8 of

@@ -334,6 +334,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+// a / b rounded up, for a >= 0 and b > 0 (a caller that may pass a < 0 clamps the result).
+template <typename I>
+__device__ __forceinline__ I ceil_div(I a, I b) { return (a + b - 1) / b; }
+
 // A row whose length the pack does not divide (Edges: 4097 values, say) still has an
 // aligned middle. Row r starts at element r * cols; its first HEAD values, fewer than a
 // pack, run up to the first address a pack may start at, and its last values past the
@@ -398,11 +402,11 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     // their shape are cut as before. Lone values (PackSize 1) keep whole slices: with
     // shares the compiler kept their bounds predicates in registers (P2R), 46 -> 75 of
     // them for 256 x 25 values x 8 blocks, and 1,335 x 50257 fp32 fell from 3,908 to
-    // 3,357 GB/s in the chapter's recording; the shapes fitted to them fill their blocks.
+    // 3,357 GB/s in a recording made with them; the shapes fitted to them fill their blocks.
     constexpr int kWarpCols = 32 * PackSize;  // a row on chip is well under 2^31 values
     constexpr int kClusterWarpCols = ClusterSize * kWarpCols;
     const long long share = PackSize == 1 ? kSlice : min(static_cast<int>(kSlice),
-                                (static_cast<int>(ends.middle_cols) + kClusterWarpCols - 1) / kClusterWarpCols * kWarpCols);
+                                ceil_div(static_cast<int>(ends.middle_cols), kClusterWarpCols) * kWarpCols);
     const long long first_col = (blockIdx.x % ClusterSize) * share;  // of the middle
     const long long slice_cols = min(share, ends.middle_cols - first_col);  // <= 0: a block past the row's end
     // Pack i of this thread is mine[i * BlockSize] (column (i * BlockSize + thread) * PackSize
@@ -413,7 +417,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     P* my_out = reinterpret_cast<P*>(y + row * cols + ends.head + first_col) + threadIdx.x;
     constexpr int kStride = BlockSize * PackSize;  // columns between a thread's packs
     const int my_packs = static_cast<int>(  // packs of this thread inside the slice
-        min(static_cast<long long>(kPacks + SharedPacks), max(0LL, (slice_cols - threadIdx.x * PackSize + kStride - 1) / kStride)));
+        min(static_cast<long long>(kPacks + SharedPacks), max(0LL, ceil_div(slice_cols - threadIdx.x * PackSize,
+                                                                            static_cast<long long>(kStride)))));
     // The shared-memory part first: it needs no registers.
     cp_async_packs<0, SharedPacks, BlockSize * static_cast<int>(sizeof(P))>(
         &shared_packs[threadIdx.x], mine + kPacks * BlockSize, my_packs - kPacks);
