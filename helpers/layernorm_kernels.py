@@ -242,12 +242,49 @@ LANE_VALUES = 16
 LANE_GROUP_BLOCK = 64  # lanes of up to LANE_VALUES values
 WIDE_LANE_BLOCK = 32  # lanes of more
 WARP_MAX_COLS = 1024
+# PART_FILLED: 16-bit rows whose packs do not fill their group's last column of packs (192 values
+# in 16 lanes of two packs: 24 of 32 slots) hold fewer bytes of row in flight per SM than the
+# thread count suggests, and ran 2-23% slower than in the shape below. Where an eighth of the
+# slots or more are empty, the row goes to a group
+# half as wide, each lane holding the packs it needs (24 to PART_FILLED_MOST values), in blocks
+# of one warp where that fills the group exactly and of two where it does not. In turns with the
+# previous rule and torch.compile (H200, 2026-11-24, 256 MiB, us, before -> now (torch.compile)):
+# fp16 96 146.1 -> 130.9 (153.5), 192 143.7 -> 130.9 (131.0), 200 143.2 -> 136.8 (131.9), 320
+# 160.8 -> 130.9 (135.9), 384 143.5 -> 130.3 (131.2), 448 135.5 -> 132.3 (130.7), 640 135.9 ->
+# 131.1 (133.7); bf16 alike; at lengths not tuned on: fp16 80 163.2 -> 132.0 (181.8), 160 162.2 ->
+# 132.3 (134.1), 224 136.5 -> 133.5 (131.3), 288 175.9 -> 137.9 (147.7), 576 148.2 -> 133.2
+# (147.4). Not where few slots are empty (fp16 480, 60 of 64: 132.5 -> 133.4 (131.8)), nor where
+# lanes would hold 56 values (fp16 896: 132.5 against 131.4).
+# Early weight and bias for 16-bit rows of 64 to 256 values (16-value lanes in groups narrower
+# than a warp; 48 registers against 40), in turns (H200, 2026-11-24, us): fp16 64 130.0 -> 129.1, 128
+# 131.7 -> 130.9, 256 130.9 -> 130.4; bf16 64 129.9 -> 129.0, 128 131.0 -> 130.0, 256 130.1 ->
+# 129.5. In whole warps they cost: fp16 512 130.8 -> 133.5 (55 registers), 768 130.6 -> 131.6.
+PART_FILLED_MOST = 40
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
 # slot, always empty, had cost registers and predicated instructions). In turns on the H200
 # (2026-11-23, GB/s, 32 -> 24 values a lane, torch.compile): fp32 87381 x 768 3870 -> 4081
 # (4090), fp16 174763 x 768 3962 -> 4076 (4111), bf16 3990 -> 4083 (4101), fp16 349525 x 768
 # 4017 -> 4169 (4202).
+
+
+def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
+    """variant_for's rule for rows of up to WARP_MAX_COLS values: a lane group per row."""
+    itemsize = np_dtype(dtype).itemsize
+    per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
+    packs = -(-cols // pack)
+    if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
+        per_thread = -(-packs // 32) * pack
+    block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
+    slots = group * per_thread // pack
+    if itemsize == 2 and pack * itemsize == 16 and 8 * packs <= 7 * slots:  # an eighth of the slots empty (PART_FILLED)
+        narrower = -(-packs // (group // 2)) * pack
+        if group > 1 and narrower <= PART_FILLED_MOST:
+            group, per_thread = group // 2, narrower
+            block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
+    early = (itemsize == 4 and pack == 4 and cols >= 256) or \
+            (itemsize == 2 and pack * itemsize == 16 and per_thread == LANE_VALUES and group < 32 and cols >= 64)
+    return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 
 def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
@@ -266,12 +303,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     or 2^17 (fp32); longer, the fused block."""
     itemsize = np_dtype(dtype).itemsize
     if cols <= WARP_MAX_COLS:
-        per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
-        if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
-            per_thread = -(-cols // (32 * pack)) * pack
-        block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
-        return LayerNormVariant("warp", dtype, pack, block, per_thread, group,
-                                early_affine=itemsize == 4 and pack == 4 and cols >= 256)
+        return lane_group_variant(cols, dtype, pack)
     if pack == 1:
         fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
         if fitted is None:
@@ -469,5 +501,6 @@ def sanitizer_cases():
     cases += [case(LayerNormVariant(p, "float16", 8, 64, 32, 4, cluster_size=2, early_affine=True), shape, True)
               for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]
     cases += [dispatched(d, shape) for d in C_TYPES
-              for shape in ((1, 1), (5, 7), (4097, 33), (5, 504), (3, 768), (2, 4097), (2, 100000), (1, 600000))]
+              for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (5, 200), (5, 504), (3, 768), (2, 4097), (2, 100000),
+                            (1, 600000))]
     return cases

@@ -153,7 +153,7 @@ __device__ __forceinline__ void load_slice(P (&packs)[kPacks], const P* slice, i
 }
 
 // How the threads of a block add up a float, each of them receiving the total
-// (slice_mean_m2's Threads; a lane group adds with warp_reduce alone): each warp's
+// (slice_mean_m2's sums; a lane group adds with warp_reduce alone): each warp's
 // total goes to shared memory, one barrier, then every warp adds
 // the BlockSize / 32 totals in groups of that many lanes: no more shuffle rounds than
 // the warps need (block_merge's second stage takes five). Each Round has its own slots,
@@ -172,10 +172,10 @@ struct WholeBlock {
     }
 };
 
-// The (count, mean, M2) of x - shift over a slice of slice_packs packs that Threads
-// hold together in registers, each thread kPacks of them (pack p at p * Stride +
-// lane): two passes over the registers, which cost no memory traffic, and two sums
-// over the threads. The first pass and sum give the mean, the second the squares
+// The (count, mean, M2) of x - shift over a slice of slice_packs packs that the
+// threads of a block hold together in registers, each thread kPacks of them (pack p at
+// p * BlockSize + lane): two passes over the registers, which cost no memory traffic,
+// and two sums over the block (WholeBlock). The first pass and sum give the mean, the second the squares
 // about it. A merge of (count, mean, M2) states (Chan's rule) exchanges three words
 // and divides at every level of its tree; this exchanges one float a level and
 // divides once. It measured faster in the streamed path's blocks (where it is used,
@@ -191,24 +191,24 @@ struct WholeBlock {
 // their mean is small, so its rounding is too. The output is then
 // ((x - shift) - mean') * rstd, and the mean the caller gets is shift + mean'.
 // FastDivision: how the mean divides by the count (WelfordState's choice).
-template <typename Threads, int Stride, bool FastDivision = false, typename T, int kPack, int kPacks>
+template <int BlockSize, bool FastDivision = false, typename T, int kPack, int kPacks>
 __device__ __forceinline__ MeanM2 slice_mean_m2(const Pack<T, kPack> (&packs)[kPacks], int lane, long long slice_packs,
                                                float shift) {
     float sum = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-        if (p * Stride + lane < slice_packs) {
+        if (p * BlockSize + lane < slice_packs) {
 #pragma unroll
             for (int k = 0; k < kPack; ++k) sum += widen_at(packs[p], k) - shift;
         }
     }
     const float count = static_cast<float>(slice_packs * kPack);
-    const float total = Threads::template sum<0>(sum);  // every thread sums, even one past the last row
+    const float total = WholeBlock<BlockSize>::template sum<0>(sum);  // every thread sums, even one past the last row
     const float mean = slice_packs > 0 ? WelfordState<FastDivision>::divide(total, count) : 0.0f;
     float m2 = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-        if (p * Stride + lane < slice_packs) {
+        if (p * BlockSize + lane < slice_packs) {
 #pragma unroll
             for (int k = 0; k < kPack; ++k) {
                 const float d = widen_at(packs[p], k) - shift - mean;
@@ -216,7 +216,7 @@ __device__ __forceinline__ MeanM2 slice_mean_m2(const Pack<T, kPack> (&packs)[kP
             }
         }
     }
-    return {count, mean, Threads::template sum<1>(m2)};
+    return {count, mean, WholeBlock<BlockSize>::template sum<1>(m2)};
 }
 
 // The thread's own (count, mean, M2) of x - shift, in the same two passes, for Chan's
@@ -310,13 +310,10 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, co
             const int p = c + j;
             const long long at = p * Stride + lane;
             if (at < slice_packs) {
-                if constexpr (Early) {
-                    store_pack(out + at, normalized(packs[p], affine.weight[p], affine.bias[p], mean, rstd, shift));
-                } else if constexpr (Chunk > 1) {
+                if constexpr (Chunk > 1) {
                     store_pack(out + at, normalized(packs[p], chunk_weight[j], chunk_bias[j], mean, rstd, shift));
                 } else {
-                    // Copies: passed by reference, they were loaded value by value.
-                    const P w = affine.weight_at[at], b = affine.bias_at[at];
+                    const P w = affine.weight_pack(p, at), b = affine.bias_pack(p, at);
                     store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
                 }
             }
@@ -468,6 +465,22 @@ __device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
     return policy;
 }
 
+// A store that takes no line in L1 (st.global.L1::no_allocate), for pass 2 of
+// layernorm_streamed: a plain store allocates its line in L1, where it can push out
+// lines of the rows that pass 2 has yet to read again; the output never comes back to
+// this SM. Under Nsight Compute (fp32 8192 x 8192, one launch, caches flushed, H200,
+// 2026-11-24) the plain stores' kernel read 275.2 MB from HBM for a 268.4 MB matrix,
+// and its L1 misses hit in L2 1.83 M times; with this store, 270.0 MB and 0.79 M.
+// Same PTX form as store_pack, 16-byte packs only.
+template <typename P>
+__device__ __forceinline__ void store_past_l1(P* dst, const P& pack) {
+    static_assert(sizeof(P) == 16, "16-byte packs");
+    unsigned w[4];
+    memcpy(w, &pack, 16);
+    asm volatile("st.global.L1::no_allocate.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                 "r"(w[3]) : "memory");
+}
+
 // Step 5, the row read twice, as torch.compile's generated kernel does it for fp32
 // rows of a few thousand values: a block per row, ColsPerThread values a thread.
 // Pass 1 loads the row and takes its mean and M2 of x - x[row][0] in two passes over
@@ -483,8 +496,14 @@ __device__ __forceinline__ unsigned long long l2_policy(Reuse how) {
 // The row crosses HBM once only if the second read finds it on chip, so the loads
 // carry cache hints (CacheHints): pass 1 asks L1 and L2 to keep the row
 // (evict_last), pass 2 says it is the last use (evict_first), so that the row makes
-// room for the rows after it. What it can buy over the register path: the values
-// hold no registers across the block merge, so an SM may hold more rows.
+// room for the rows after it, and its stores take no line in L1 (store_past_l1). In
+// turns with plain stores (H200, 2026-11-24, 256 MiB, us): 8192 values 133.25 ->
+// 131.87, 7000 131.97 -> 131.78, 6000 131.46 -> 130.85, 5000 131.26 -> 130.53, 4096
+// 129.92 -> 129.54, 3000 144.22 -> 143.01, 2048 level. (The register paths, which
+// read the row once, keep plain stores: with this one, lane groups were 0.2-0.4%
+// slower at fp32 256-1024 and bf16 1024, blocks and clusters within 0.2% but for fp16
+// 32768, 0.5% faster.) What the path can buy over the register path: the values hold
+// no registers across the block merge, so an SM may hold more rows.
 // Its two divisions, the mean's and the variance's, are the fast ones (__fdividef): a
 // thread's whole share of a row is two to four packs a pass, and the IEEE division's
 // instructions and slow-path branch showed (H200, 2026-11-24, in turns: 16384 x 4096
@@ -509,7 +528,7 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         load_slice<BlockSize>(packs, in, threadIdx.x, row_packs,
                               [keep](const P* slice, int index) { return load_with_hint<kFirstRead>(&slice[index], keep); });
         shift = widen(x[row * cols]);
-        state = slice_mean_m2<WholeBlock<BlockSize>, BlockSize, true>(packs, threadIdx.x, row_packs, shift);
+        state = slice_mean_m2<BlockSize, true>(packs, threadIdx.x, row_packs, shift);
     }
     const float rstd = rsqrtf(WelfordState<true>::divide(state.m2, static_cast<float>(cols)) + eps);
     if (threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
@@ -523,7 +542,8 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         if (at < row_packs) {
             const P values = load_with_hint<kSecondRead>(&in[at], last_use);
             const P scale = load_with_hint<Reuse::ReadOnly>(&w[at], 0), offset = load_with_hint<Reuse::ReadOnly>(&b[at], 0);
-            store_pack(out + at, normalized(values, scale, offset, state.mean_, rstd, shift));
+            const P result = normalized(values, scale, offset, state.mean_, rstd, shift);
+            if constexpr (CacheHints) store_past_l1(out + at, result); else store_pack(out + at, result);
         }
     }
 }

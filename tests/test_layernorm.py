@@ -36,18 +36,19 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
 
 def test_the_streamed_path_reads_the_row_twice_with_its_cache_hints():
     """Pass 1 loads each pack with evict_last (EL), pass 2 again with evict_first (EF),
-    weight and bias through the read-only path; without hints, the same loads carry none.
-    The dispatcher's shapes, and one with more packs a thread."""
+    weight and bias through the read-only path, and stores without taking a line in L1
+    (NA); without hints, the same loads and stores carry none. The dispatcher's shapes, and
+    one with more packs a thread."""
     for blocks, per_thread in ((256, 8), (512, 8), (512, 16), (64, 32)):
         hinted = LayerNormVariant("streamed", "float32", 4, blocks, per_thread)
         plain = LayerNormVariant("streamed", "float32", 4, blocks, per_thread, cache_hints=False)
         packs = per_thread // 4
         ops = _opcodes(hinted)
         assert ops["LDG.E.EL.128"] == packs and ops["LDG.E.EF.128"] == packs, ops
-        assert ops["LDG.E.128.CONSTANT"] == 2 * packs and ops["STG.E.128"] == packs, ops
+        assert ops["LDG.E.128.CONSTANT"] == 2 * packs and ops["STG.E.NA.128"] == packs and "STG.E.128" not in ops, ops
         assert ops["BAR.SYNC.DEFER_BLOCKING"] == 2, ops  # two block sums: the mean, then the squares about it
         ops = _opcodes(plain)
-        assert not any(".EL" in op or ".EF" in op for op in ops), ops
+        assert not any(".EL" in op or ".EF" in op or ".NA" in op for op in ops), ops
         assert ops["LDG.E.128.CONSTANT"] == 4 * packs and ops["STG.E.128"] == packs, ops  # x twice, weight, bias
         for v in (hinted, plain):
             assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
@@ -70,6 +71,10 @@ def test_no_kernel_the_dispatcher_picks_spills():
                 # values (256 x 32 in clusters of 8) keep their packs' bound predicates in it
                 # across the wait of the cluster exchange (P2R, one STL, two LDL).
                 assert spilled <= 4, (v, spilled)
+    for dtype in ("float16", "bfloat16"):  # rows that leave an eighth of their group's slots empty (PART_FILLED)
+        for cols in (40, 80, 96, 192, 200, 320, 448, 576, 640):
+            v = variant_for(cols, dtype, 8)
+            assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
 
 
 def test_bf16_rows_take_the_registers_of_fp16_rows():
@@ -105,7 +110,17 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 32, early_affine=True)
     assert variant_for(256, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16, early_affine=True)
     assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 8)
-    assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 16)
+    # 16-bit rows of 64 to 256 values load weight and bias with the row too
+    assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 16, early_affine=True)
+    assert variant_for(64, "bfloat16", 8).early_affine and not variant_for(512, "float16", 8).early_affine
+    # 16-bit rows that leave an eighth of the group's slots empty or more: a group half as wide,
+    # each lane the packs it needs; one warp a block where that fills the group (PART_FILLED)
+    assert variant_for(192, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 8)
+    assert variant_for(200, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 64, 32, 8)
+    assert variant_for(640, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 40, 16)
+    assert variant_for(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
+    assert variant_for(896, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)  # 56 a lane: no
+    assert variant_for(192, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16)  # fp32: as it was
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
@@ -191,7 +206,8 @@ def _sum_squares_amplification(host):
 @pytest.mark.parametrize("dtype", list(C_TYPES))
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
-    shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + [(4097, c) for c in (1, 33, 256, 504, 1000, 1536)]
+    shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
+        [(4097, c) for c in (1, 33, 40, 200, 256, 320, 504, 576, 1000, 1536)]
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
