@@ -277,9 +277,9 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
         per_thread = -(-packs // 32) * pack
     block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
     slots = group * per_thread // pack
-    if itemsize == 2 and pack * itemsize == 16 and 8 * packs <= 7 * slots:  # an eighth of the slots empty (PART_FILLED)
+    if itemsize == 2 and pack * itemsize == 16 and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
         narrower = -(-packs // (group // 2)) * pack
-        if group > 1 and narrower <= PART_FILLED_MOST:
+        if narrower <= PART_FILLED_MOST:
             group, per_thread = group // 2, narrower
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
     early = (itemsize == 4 and pack == 4 and cols >= 256) or \

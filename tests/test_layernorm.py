@@ -121,6 +121,7 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
     assert variant_for(896, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)  # 56 a lane: no
     assert variant_for(192, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16)  # fp32: as it was
+    assert variant_for(8, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 1)  # one lane: none narrower
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
@@ -207,7 +208,7 @@ def _sum_squares_amplification(host):
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
-        [(4097, c) for c in (1, 33, 40, 200, 256, 320, 504, 576, 1000, 1536)]
+        [(4097, c) for c in (1, 8, 33, 40, 200, 256, 320, 504, 576, 1000, 1536)]
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
