@@ -260,6 +260,19 @@ WARP_MAX_COLS = 1024
 # 131.7 -> 130.9, 256 130.9 -> 130.4; bf16 64 129.9 -> 129.0, 128 131.0 -> 130.0, 256 130.1 ->
 # 129.5. In whole warps they cost: fp16 512 130.8 -> 133.5 (55 registers), 768 130.6 -> 131.6.
 PART_FILLED_MOST = 40
+# FLOAT_PAIRS: fp32 rows of a power-of-two length from 64 to 1024 values load 8-byte packs
+# (pairs of floats), each lane holding at least PAIRS_LANE_VALUES of the row (a whole warp from
+# 256 values), with weight and bias loaded early. That was found by timing every pack, group and
+# block, not predicted: pairs issue 18-40% more instructions and hold fewer warps (Nsight
+# Compute, 256 values: 56.4 M against 47.7 M instructions, 53% against 64% of the warps), and one
+# launch each under Nsight Compute sees them level (124.9 against 124.7 us, the same bytes to and
+# from DRAM). In turns (H200, 2026-11-25, 256 MiB, us, 16-byte packs -> pairs (torch.compile)):
+# 64 133.9 -> 131.5 (131.3), 128 133.4 -> 131.5 (131.3), 256 130.9 -> 130.5 (130.7), 512 130.9 ->
+# 130.5 (130.7), 1024 131.8 -> 131.2 (131.9); in two earlier runs, 256 130.8 -> 130.2-130.4 and
+# 1024 131.8 -> 131.1, each against the same group in 16-byte packs. Not at other lengths: 160
+# 131.4 -> 138.0, 640 131.2 -> 149.0 (one-warp blocks; 131.2 in two), 896 131.7 -> 137.0; 192,
+# 320, 384, 448, 768 and 1000 within 0.4% either way.
+PAIRS_LANE_VALUES = 8
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
 # slot, always empty, had cost registers and predicated instructions). In turns on the H200
@@ -271,28 +284,34 @@ PART_FILLED_MOST = 40
 def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
     """variant_for's rule for rows of up to WARP_MAX_COLS values: a lane group per row."""
     itemsize = np_dtype(dtype).itemsize
+    if itemsize == 4 and pack > 1 and cols >= 64 and cols & (cols - 1) == 0:  # FLOAT_PAIRS
+        per_thread, group = lane_group_shape(cols, 2, itemsize, PAIRS_LANE_VALUES * itemsize)
+        block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
+        return LayerNormVariant("warp", dtype, 2, block, per_thread, group, early_affine=True)
     per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
     packs = -(-cols // pack)
     if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
         per_thread = -(-packs // 32) * pack
     block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
     slots = group * per_thread // pack
-    if itemsize == 2 and pack * itemsize == 16 and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
+    sixteen_bytes = pack * itemsize == 16
+    if itemsize == 2 and sixteen_bytes and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
         narrower = -(-packs // (group // 2)) * pack
         if narrower <= PART_FILLED_MOST:
             group, per_thread = group // 2, narrower
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
     early = (itemsize == 4 and pack == 4 and cols >= 256) or \
-            (itemsize == 2 and pack * itemsize == 16 and per_thread == LANE_VALUES and group < 32 and cols >= 64)
+            (itemsize == 2 and sixteen_bytes and per_thread == LANE_VALUES and group < 32 and cols >= 64)
     return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 
 def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
-    """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row
-    in registers, each lane holding at least LANE_VALUES values (and a whole pack), the group
-    just wide enough for the row (a whole warp: each lane as many packs as the row needs),
-    in blocks of two warps, or of one where the lanes hold more; fp32 rows of 256 values and
-    more, in 16-byte packs, load weight and bias with the row.
+    """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row in
+    registers (lane_group_variant): each lane holds at least LANE_VALUES values and a whole
+    pack, in a group just wide enough for the row (a whole warp: each lane as many packs as
+    the row needs; 16-bit rows that leave an eighth of the slots empty: half as wide), in
+    blocks of two warps, or of one where the lanes hold more; fp32 rows of a power-of-two
+    length hold pairs of floats, at least PAIRS_LANE_VALUES a lane.
     Longer rows: the row in the registers of a block, or of a cluster of blocks: the first
     of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values; 2^20 for 16-bit ones):
     the fused block per row with Welford states, which re-reads the row. fp32 rows of 1025
@@ -501,6 +520,6 @@ def sanitizer_cases():
     cases += [case(LayerNormVariant(p, "float16", 8, 64, 32, 4, cluster_size=2, early_affine=True), shape, True)
               for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]
     cases += [dispatched(d, shape) for d in C_TYPES
-              for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (5, 200), (5, 504), (3, 768), (2, 4097), (2, 100000),
-                            (1, 600000))]
+              for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (7, 64), (5, 200), (5, 504), (3, 768), (3, 1024),
+                            (2, 4097), (2, 100000), (1, 600000))]
     return cases

@@ -256,9 +256,10 @@ __device__ __forceinline__ State thread_mean_m2(const Pack<T, kPack> (&packs)[kP
 // they come from L1 and L2. Late (the default): each pack is loaded where its
 // output is written, after the reduction (or a chunk of packs at a time: below).
 // Early: all are loaded with the row, so their latency overlaps the row's, at the
-// price of three times the registers for the row's data (on the H200, that pays
-// for fp32 rows of 256 to 1024 values in one-warp lane groups, +0.5-3%, and costs
-// everywhere else: fewer rows in flight).
+// price of three times the registers for the row's data. On the H200 that pays
+// for short rows in lane groups (fp32 rows of 64 to 1024 values, 16-bit rows of
+// 64 to 256: the rule is lane_group_variant's, in helpers/layernorm_kernels.py)
+// and costs elsewhere: fewer rows in flight.
 template <bool Early, int Stride, typename P, int kPacks>
 struct Affine {
     P weight[Early ? kPacks : 1], bias[Early ? kPacks : 1];

@@ -34,6 +34,16 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
     assert ops["LDG.E.128.CONSTANT"] >= 4 and ops["STG.E.128"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
 
 
+def test_fp32_rows_of_a_power_of_two_length_move_pairs_of_floats():
+    """FLOAT_PAIRS: x, weight and bias in 8-byte loads (weight and bias with the row), y in
+    8-byte stores, and no 16-byte access left, whatever wider pack the pointers allow."""
+    for cols in (64, 256, 1024):
+        v = variant_for(cols, "float32", 4)
+        ops, packs = _opcodes(v), v.cols_per_thread // 2
+        assert ops["LDG.E.64.CONSTANT"] == 3 * packs and ops["STG.E.64"] == packs, (v, ops)
+        assert not any(".128" in op for op in ops), (v, ops)
+
+
 def test_the_streamed_path_reads_the_row_twice_with_its_cache_hints():
     """Pass 1 loads each pack with evict_last (EL), pass 2 again with evict_first (EF),
     weight and bias through the read-only path, and stores without taking a line in L1
@@ -107,9 +117,16 @@ def test_variants_refuse_what_they_cannot_take(kwargs, message):
 
 def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     # rows of up to 1024 values: a lane group per row, 16 values a lane or more, two-warp blocks
-    assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 32, early_affine=True)
-    assert variant_for(256, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16, early_affine=True)
-    assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 8)
+    assert variant_for(384, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 12, 32, early_affine=True)
+    assert variant_for(96, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 8)
+    # fp32 rows of a power-of-two length from 64 values: pairs of floats, 8 a lane or more,
+    # weight and bias with the row (FLOAT_PAIRS), whatever wider pack the pointers allow
+    assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 2, 64, 16, 32, early_affine=True)
+    assert variant_for(256, "float32", 2) == LayerNormVariant("warp", "float32", 2, 64, 8, 32, early_affine=True)
+    assert variant_for(64, "float32", 4) == LayerNormVariant("warp", "float32", 2, 64, 8, 8, early_affine=True)
+    assert variant_for(1024, "float32", 4) == LayerNormVariant("warp", "float32", 2, 32, 32, 32, early_affine=True)
+    assert variant_for(32, "float32", 4).pack_size == 4 and variant_for(256, "float32", 1).pack_size == 1
+    assert variant_for(640, "float32", 4).pack_size == variant_for(192, "float32", 4).pack_size == 4
     # 16-bit rows of 64 to 256 values load weight and bias with the row too
     assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 16, early_affine=True)
     assert variant_for(64, "bfloat16", 8).early_affine and not variant_for(512, "float16", 8).early_affine
@@ -208,7 +225,7 @@ def _sum_squares_amplification(host):
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
-        [(4097, c) for c in (1, 8, 33, 40, 200, 256, 320, 504, 576, 1000, 1536)]
+        [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)]
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
@@ -221,7 +238,8 @@ VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 8, cluster_size=k) f
 VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 32, cluster_size=2)]  # weight and bias two packs a time
 VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
              LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
-             LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True)]
+             LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True),
+             LayerNormVariant("warp", "float32", 2, 64, 8, 8, early_affine=True)]  # FLOAT_PAIRS
 VARIANTS += [LayerNormVariant("block_fused", d, 2, 256, statistics=s) for d in ("float32", "bfloat16")
              for s in ("welford", "sum_squares")]
 VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("unfused", "float32", 1, 1024)]
