@@ -263,7 +263,7 @@ PART_FILLED_MOST = 40
 # FLOAT_PAIRS: fp32 rows of a power-of-two length from 64 to 1024 values load 8-byte packs
 # (pairs of floats), each lane holding at least PAIRS_LANE_VALUES of the row (a whole warp from
 # 256 values), with weight and bias loaded early. That was found by timing every pack, group and
-# block, not predicted: pairs issue 18-40% more instructions and hold fewer warps (Nsight
+# block, not predicted: pairs issue 18-41% more instructions and hold fewer warps (Nsight
 # Compute, 256 values: 56.4 M against 47.7 M instructions, 53% against 64% of the warps), and one
 # launch each under Nsight Compute sees them level (124.9 against 124.7 us, the same bytes to and
 # from DRAM). In turns (H200, 2026-11-25, 256 MiB, us, 16-byte packs -> pairs (torch.compile)):
