@@ -23,13 +23,20 @@ SOURCE = "gelu.cu"
 SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh", "kernels/convert.cuh"]
 MATHS = {"tanh": 0, "erf": 1, "tanh_approx": 2, "half2": 3, "sigmoid": 4}  # GeluMath in gelu.cu
 PACKS_PER_THREAD = (1, 2, 4)
-# gelu() gives each thread two packs when the input is at most this large: the launch
-# shape of PyTorch's elementwise kernel for fp32 (8 elements per thread), twice its 8
-# elements for fp16 and bf16 (a 16-byte pack of them holds 8). On the H200, one, two and
-# four packs per thread are within 10% of each other below a few MiB, and their order
-# changes with the size (the chapter's small-array figure); above this size one pack per
-# thread is as fast.
-SMALL_INPUT_BYTES = 16 << 20
+# gelu() gives each thread the fewest packs that make its grid ONE WAVE: no more blocks
+# than the GPU holds at once (SMs x threads an SM holds / BLOCK threads), so no block waits
+# for another to finish. One pack while one wave covers the array (up to 4 MiB of input on
+# the H200 in blocks of 128 threads), two or four packs above that while they still do, at
+# most MOST_VALUES_PER_THREAD values a thread (16-bit inputs: two packs; four would hold 32
+# values, 48 registers and a longer chain of arithmetic, and measured slower); one pack when
+# no count gives one wave (past 16 MiB of fp32, 8 MiB of fp16), where many waves make the
+# last one's tail small. Measured on the H200 in rotated turns (2026-11-25): one wave beat
+# the other counts at 1-16 MiB, by 1-5%, where the grid of one pack per thread was 2-4 waves.
+MOST_VALUES_PER_THREAD = 16
+THREADS_PER_SM = 2048  # sm_90; gelu()'s kernels use at most 32 registers, so threads are the limit
+# Without a GPU the dispatcher decides for the GPU the book was recorded on (the H200's 132
+# SMs), so that the configurations it names are the recorded ones.
+RECORDED_SM_COUNT = 132
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has
 # the size of its input, so this is a relative error for |x| > 1 and an absolute
@@ -97,13 +104,28 @@ class GeluVariant(ElementwiseVariant):
         return self.one_wave(kernel, -(-n // self.block_size))
 
 
+def packs_per_thread_for(n: int, pack_size: int, block_size: int, sm_count: int = None) -> int:
+    """gelu()'s packs per thread: the fewest (at most MOST_VALUES_PER_THREAD values) whose
+    grid is one wave of resident blocks; one when none is (or on the scalar path)."""
+    if sm_count is None:
+        sm_count = device.gpu().sm_count if device.gpu_available() else RECORDED_SM_COUNT
+    one_wave = sm_count * (THREADS_PER_SM // block_size)
+    packs = -(-int(n) // pack_size)
+    for per_thread in PACKS_PER_THREAD:
+        if pack_size == 1 or per_thread * pack_size > MOST_VALUES_PER_THREAD:
+            break
+        if -(-packs // (block_size * per_thread)) <= one_wave:
+            return per_thread
+    return 1
+
+
 def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
-    """The kernel gelu() runs for n elements whose pointers allow ``pack_size``: two packs
-    per thread for inputs up to SMALL_INPUT_BYTES, one above."""
+    """The kernel gelu() runs for n elements whose pointers allow ``pack_size``, with
+    packs_per_thread_for's packs per thread."""
     if math == "half2" and pack_size < 2:
         math = "tanh_approx"  # pairs need 4-byte alignment; the nearest scalar arithmetic
-    small = n * np_dtype(dtype).itemsize <= SMALL_INPUT_BYTES
-    return GeluVariant("packed", dtype, pack_size, block_size, math, 2 if small and pack_size > 1 else 1)
+    return GeluVariant("packed", dtype, pack_size, block_size, math,
+                       packs_per_thread_for(n, pack_size, block_size))
 
 
 def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:

@@ -4,8 +4,9 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.gelu_kernels import (MATHS, TOLERANCE, GeluVariant, check_gelu, gelu, gelu_error,
-                                  random_input, reference, variant_for)
+from helpers.gelu_kernels import (MATHS, MOST_VALUES_PER_THREAD, PACKS_PER_THREAD, TOLERANCE, GeluVariant, check_gelu,
+                                  gelu, gelu_error, packs_per_thread_for, random_input, reference, variant_for)
+from helpers.operands import full_pack
 
 FLOAT_MATHS = ("tanh", "erf", "tanh_approx", "sigmoid")
 ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16", "bfloat16") for m in FLOAT_MATHS]
@@ -54,13 +55,33 @@ def test_each_thread_issues_one_wide_load_and_store_per_pack(packs):
     assert ops["LDG.E.128.CONSTANT"] == packs and ops["STG.E.128"] == packs, ops
 
 
-def test_the_library_gives_small_inputs_two_packs_per_thread():
-    small, large = variant_for(1 << 20, "float32", 4), variant_for(1 << 26, "float32", 4)
-    assert (small.packs_per_thread, large.packs_per_thread) == (2, 1)
-    assert small.math == large.math == "sigmoid" and small.block_size == 128
-    assert variant_for(1 << 20, "float32", 1).packs_per_thread == 1  # the scalar path stays one per thread
+def test_the_library_makes_its_grid_one_wave_where_it_can():
+    """132 SMs x 16 blocks of 128 threads: 2112 blocks a wave, 4.125 MiB of input in 16-byte packs."""
+    per_thread = {(dtype, n): variant_for(n, dtype, full_pack(dtype)).packs_per_thread
+                  for dtype in ("float32", "float16", "bfloat16") for n in (1 << 16, 1 << 20, 1 << 21, 1 << 22, 1 << 23)}
+    assert [per_thread["float32", n] for n in (1 << 16, 1 << 20, 1 << 21, 1 << 22, 1 << 23)] == [1, 1, 2, 4, 1]
+    assert [per_thread["float16", n] for n in (1 << 16, 1 << 21, 1 << 22, 1 << 23)] == [1, 1, 2, 1]  # at most 16 values
+    assert per_thread["bfloat16", 1 << 22] == 2
+    for n in (1 << 18, 1 << 21, 1 << 22, 5 << 20, (1 << 22) + 4):
+        v = variant_for(n, "float32", 4)
+        blocks = v.grid(n, None)
+        assert blocks <= 2112 or v.packs_per_thread == 1, (n, v)
+    assert packs_per_thread_for((2112 * 128 * 4) + 4, 4, 128, sm_count=132) == 2  # one pack past one wave
+    assert packs_per_thread_for(2112 * 128 * 4, 4, 128, sm_count=132) == 1
+    assert packs_per_thread_for(1 << 21, 4, 128, sm_count=264) == 1  # twice the SMs: one pack is one wave
+    large = variant_for(1 << 26, "float32", 4)
+    assert large.packs_per_thread == 1 and large.math == "sigmoid" and large.block_size == 128
+    assert variant_for(1 << 21, "float32", 1).packs_per_thread == 1  # the scalar path stays one per thread
     assert variant_for(1 << 20, "float16", 1, "half2").math == "tanh_approx"
-    assert small.grid(1 << 20, None) == (1 << 20) // (4 * 128 * 2)
+
+
+def test_the_kernels_the_library_picks_allow_a_full_sm_of_threads():
+    """THREADS_PER_SM // 128 blocks fit an SM only at 32 registers a thread or fewer."""
+    for dtype in ("float32", "float16", "bfloat16"):
+        for per_thread in PACKS_PER_THREAD:
+            if per_thread * full_pack(dtype) <= MOST_VALUES_PER_THREAD:
+                v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread)
+                assert v.compiled().resources(v.name_expression).registers <= 32, v
 
 
 def test_no_variant_spills():

@@ -116,9 +116,20 @@ def test_kernels_timed_in_turns_keep_their_own_times(gpu):
     timings = helpers.time_interleaved([lambda: variant.launch(*small), lambda: variant.launch(*large),
                                         lambda: variant.launch(*tiny)])
     assert len(timings) == 3 and len({t.reps for t in timings}) == 1 and timings[0].reps >= 10
+    assert timings[0].reps % 3 == 0  # whole rotations: each run in each place equally often
     assert timings[1].ms > 4 * timings[0].ms and timings[2].ms < 0.015, timings
     alone = helpers.time_gpu(lambda: variant.launch(*large))
     assert abs(alone.ms - timings[1].ms) < 0.1 * alone.ms, (alone, timings[1])
+
+
+def test_turns_wait_for_the_run_their_last_rotation_puts_last(gpu):
+    """The last round starts with the tiny copy, so the long run is queued last: its times
+    must be read after it finished, not after the copy's."""
+    variant = CopyVariant("packed", "float32", 4, 256)
+    tiny = DeviceArray((1024,), "float32"), DeviceArray((1024,), "float32")
+    long, copy = helpers.time_interleaved([lambda: helpers.timing.hold_gpu(20.0), lambda: variant.launch(*tiny)],
+                                          reps=2, warmup=1, flush=False)
+    assert long.ms > 15 and copy.ms < 0.015, (long, copy)
 
 
 def test_host_overhead_is_not_inside_the_timed_region(gpu):

@@ -115,3 +115,23 @@ def test_a_lost_context_is_reported_in_one_line(monkeypatch):
     monkeypatch.setattr(device, "_context_lost", "launching k failed: CUDA_ERROR_ILLEGAL_ADDRESS. Restart")
     with pytest.raises(helpers.KernelFaultError, match="Restart"):
         helpers.gpu()
+
+
+def test_turns_rotate_so_that_every_run_takes_every_place():
+    """time_interleaved's rounds: round r starts with run r mod len(runs), and each run's
+    events stay its own whatever its place (a place in the round has its own offset)."""
+    from cuda.bindings import driver
+
+    from helpers import timing
+    recorded, order = [], []
+
+    class Driver:
+        def cuEventRecord(self, event, stream):
+            recorded.append(event)
+            return (driver.CUresult.CUDA_SUCCESS,)
+    runs = [lambda k=k: order.append(k) for k in range(3)]
+    for first in range(3):
+        timing._queue_round(Driver(), None, runs, [f"start {k}" if e == 0 else f"end {k}" for k in range(3)
+                                                   for e in range(2)], flush=False, first=first)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    assert recorded[6:12] == ["start 1", "end 1", "start 2", "end 2", "start 0", "end 0"]
