@@ -27,11 +27,11 @@ PACKS_PER_THREAD = (1, 2, 4)
 # than the GPU holds at once (SMs x threads an SM holds / BLOCK threads), so no block waits
 # for another to finish. One pack while one wave covers the array (up to 4 MiB of input on
 # the H200 in blocks of 128 threads), two or four packs above that while they still do, at
-# most MOST_VALUES_PER_THREAD values a thread (16-bit inputs: two packs; four would hold 32
-# values, 48 registers and a longer chain of arithmetic, and measured slower); one pack when
-# no count gives one wave (past 16 MiB of fp32, 8 MiB of fp16), where many waves make the
-# last one's tail small. Measured on the H200 in rotated turns (2026-11-25): one wave beat
-# the other counts at 1-16 MiB, by 1-5%, where the grid of one pack per thread was 2-4 waves.
+# most MOST_VALUES_PER_THREAD values a thread (16-bit inputs: two packs; four hold 32 values
+# a thread and measured slowest, 0.89-0.98x PyTorch eager at 0.5-4 MiB); one pack when no count
+# gives one wave (past 16 MiB of fp32, 8 MiB of fp16), where many waves make the last one's
+# tail small. Measured on the H200 in rotated turns (2026-11-25): at 8-16 MiB, where one pack
+# per thread makes two to four waves, the count of one wave was 1-5% faster than one pack.
 MOST_VALUES_PER_THREAD = 16
 THREADS_PER_SM = 2048  # sm_90; gelu()'s kernels use at most 32 registers, so threads are the limit
 # Without a GPU the dispatcher decides for the GPU the book was recorded on (the H200's 132
