@@ -273,6 +273,13 @@ PART_FILLED_MOST = 40
 # 131.4 -> 138.0, 640 131.2 -> 149.0 (one-warp blocks; 131.2 in two), 896 131.7 -> 137.0; 192,
 # 320, 384, 448, 768 and 1000 within 0.4% either way.
 PAIRS_LANE_VALUES = 8
+# Pairs in groups narrower than a warp (rows of 64 and 128 values) run in blocks of four warps:
+# in rotated turns (H200, 2026-11-25, three runs, 256 MiB, us, two warps -> four (torch.compile)):
+# 64 131.17 -> 130.66 (130.94), 131.30 -> 130.91 (131.10), 130.75 -> 130.34 (130.43); 128 130.56 ->
+# 130.24 (130.62), 130.62 -> 130.50 (130.46), 131.39 -> 131.26 (131.17). Not in whole warps (256:
+# level; 512: 130.34 -> 133.44), nor in 16-bit groups (fp16 64: 129.18 -> 129.76, 128: 131.17 ->
+# 131.87). Why four warps pay there, we have not found.
+PAIRS_NARROW_BLOCK = 128
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
 # slot, always empty, had cost registers and predicated instructions). In turns on the H200
@@ -286,7 +293,7 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
     itemsize = np_dtype(dtype).itemsize
     if itemsize == 4 and pack > 1 and cols >= 64 and cols & (cols - 1) == 0:  # FLOAT_PAIRS
         per_thread, group = lane_group_shape(cols, 2, itemsize, PAIRS_LANE_VALUES * itemsize)
-        block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
+        block = PAIRS_NARROW_BLOCK if group < 32 else LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
         return LayerNormVariant("warp", dtype, 2, block, per_thread, group, early_affine=True)
     per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
     packs = -(-cols // pack)
@@ -311,7 +318,8 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     pack, in a group just wide enough for the row (a whole warp: each lane as many packs as
     the row needs; 16-bit rows that leave an eighth of the slots empty: half as wide), in
     blocks of two warps, or of one where the lanes hold more; fp32 rows of a power-of-two
-    length hold pairs of floats, at least PAIRS_LANE_VALUES a lane.
+    length hold pairs of floats, at least PAIRS_LANE_VALUES a lane (in blocks of four warps
+    where the group is narrower than a warp).
     Longer rows: the row in the registers of a block, or of a cluster of blocks: the first
     of CLUSTER_SHAPES that holds it. Longer still (past 2^19 values; 2^20 for 16-bit ones):
     the fused block per row with Welford states, which re-reads the row. fp32 rows of 1025

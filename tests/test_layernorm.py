@@ -123,7 +123,8 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     # weight and bias with the row (FLOAT_PAIRS), whatever wider pack the pointers allow
     assert variant_for(512, "float32", 4) == LayerNormVariant("warp", "float32", 2, 64, 16, 32, early_affine=True)
     assert variant_for(256, "float32", 2) == LayerNormVariant("warp", "float32", 2, 64, 8, 32, early_affine=True)
-    assert variant_for(64, "float32", 4) == LayerNormVariant("warp", "float32", 2, 64, 8, 8, early_affine=True)
+    assert variant_for(64, "float32", 4) == LayerNormVariant("warp", "float32", 2, 128, 8, 8, early_affine=True)
+    assert variant_for(128, "float32", 4) == LayerNormVariant("warp", "float32", 2, 128, 8, 16, early_affine=True)
     assert variant_for(1024, "float32", 4) == LayerNormVariant("warp", "float32", 2, 32, 32, 32, early_affine=True)
     assert variant_for(32, "float32", 4).pack_size == 4 and variant_for(256, "float32", 1).pack_size == 1
     assert variant_for(640, "float32", 4).pack_size == variant_for(192, "float32", 4).pack_size == 4
@@ -239,7 +240,7 @@ VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 32, cluster_size=2)]
 VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
              LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
              LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True),
-             LayerNormVariant("warp", "float32", 2, 64, 8, 8, early_affine=True)]  # FLOAT_PAIRS
+             LayerNormVariant("warp", "float32", 2, 128, 8, 8, early_affine=True)]  # FLOAT_PAIRS
 VARIANTS += [LayerNormVariant("block_fused", d, 2, 256, statistics=s) for d in ("float32", "bfloat16")
              for s in ("welford", "sum_squares")]
 VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("unfused", "float32", 1, 1024)]
