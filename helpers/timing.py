@@ -6,14 +6,16 @@ pay for module loading and clock ramp-up; and an input that fits in the 60 MiB
 L2 of an H200 is served from cache on the second repetition, inflating the
 bandwidth. So: events on the GPU's own timeline, a few warm-up runs, a write
 over a buffer twice the L2's size before every repetition, and the median of
-many repetitions with the spread beside it. Before the repetitions, a tiny
-kernel holds the GPU while the host queues all of them, so no host-side gap
-(Python issuing the next launch) is ever inside a timed region.
+many repetitions with the spread beside it. The repetitions are queued in
+batches, each behind a tiny kernel that holds the GPU while the host queues the
+batch, so no host-side gap (Python issuing the next launch) is inside a timed
+region; a batch whose hold ended before the host had queued it is queued again.
 """
 from __future__ import annotations
 
 import ctypes
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +81,44 @@ def _queue_round(cu, stream, runs, events, flush: bool, first: int = 0):
         check(cu.cuEventRecord(events[2 * k + 1], stream), "cuEventRecord")
 
 
+# Rounds queued behind one hold. The host must queue a whole batch before the hold ends, and
+# the driver's launch queue must take it without blocking: a few hundred commands at most.
+ROUNDS_PER_BATCH = 16
+MOST_HOLD_MS = 500.0
+
+
+def _timed_batch(cu, stream, runs, rounds, flush: bool, host_ms: float) -> np.ndarray:
+    """Queue ``rounds`` behind a kernel that holds the GPU for twice the host time they take,
+    and return their times (one row per run, in ms). An event marks the hold's end: if it has
+    already passed when the host finishes queueing, the GPU may have waited for Python inside
+    a timed region, so the batch is queued again with a hold twice as long. (One hold for all
+    the rounds, as this timer had before, ended before the host had queued 201 rounds in 8
+    measurements of 8 on the H200, 2026-11-25; a GELU recording then read spreads of 130-490%
+    at 5-7 us. Batches of 16 were queued within their holds in all 104.)"""
+    hold_ms = 2.0 * len(rounds) * host_ms + 0.2
+    for _ in range(4):
+        events = [_events(2 * len(runs)) for _ in rounds]
+        released = _events(1)[0]
+        try:
+            hold_gpu(min(hold_ms, MOST_HOLD_MS))
+            check(cu.cuEventRecord(released, stream), "cuEventRecord")
+            for r, round_events in zip(rounds, events):
+                _queue_round(cu, stream, runs, round_events, flush, first=r % len(runs))
+            starved = cu.cuEventQuery(released)[0] == cu.CUresult.CUDA_SUCCESS  # the hold was over
+            # the last round ends with whichever run its rotation puts last: wait for the stream
+            check(cu.cuStreamSynchronize(stream), "waiting for the timed runs (cuStreamSynchronize)")
+            times = np.array([[_elapsed_ms(e[2 * k], e[2 * k + 1]) for e in events] for k in range(len(runs))])
+        finally:
+            for e in [released, *(e for round_events in events for e in round_events)]:
+                cu.cuEventDestroy(e)
+        if not starved:
+            return times
+        hold_ms *= 2
+    warnings.warn(f"the host could not queue {len(rounds)} rounds within a hold of {min(hold_ms, MOST_HOLD_MS):.0f} ms: "
+                  "these times may include host gaps", RuntimeWarning)
+    return times
+
+
 def time_gpu(run, *, reps: int = None, warmup: int = 3, flush: bool = True,
              budget_ms: float = 400.0, min_reps: int = 10, max_reps: int = 200) -> Timing:
     """Time ``run()`` (which enqueues GPU work on the default stream).
@@ -122,19 +162,10 @@ def time_interleaved(runs, *, reps: int = None, warmup: int = 3, flush: bool = T
     if reps is None:
         reps = int(np.clip(budget_ms / (once + (0.05 * len(runs) if flush else 0.0)), min_reps, max_reps))
     reps = -(-reps // len(runs)) * len(runs)  # a whole number of rotations: every place equally often
-    rounds = [_events(2 * len(runs)) for _ in range(reps)]
-    try:
-        hold_gpu(min(2.0 * reps * host_ms + 0.5, 500.0))  # the host queues every repetition meanwhile
-        for r, events in enumerate(rounds):
-            _queue_round(cu, stream, runs, events, flush, first=r % len(runs))
-        # the last round ends with whichever run its rotation puts last: wait for the stream
-        check(cu.cuStreamSynchronize(stream), "waiting for the timed runs (cuStreamSynchronize)")
-        times = np.array([[_elapsed_ms(events[2 * k], events[2 * k + 1]) for events in rounds]
-                          for k in range(len(runs))])
-    finally:
-        for events in rounds:
-            for e in events:
-                cu.cuEventDestroy(e)
+    times = np.empty((len(runs), reps))
+    for start in range(0, reps, ROUNDS_PER_BATCH):
+        rounds = range(start, min(reps, start + ROUNDS_PER_BATCH))
+        times[:, start:rounds.stop] = _timed_batch(cu, stream, runs, rounds, flush, host_ms)
     timings = []
     for row in times:
         q1, median, q3 = np.percentile(row, [25, 50, 75])
