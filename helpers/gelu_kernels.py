@@ -35,8 +35,14 @@ PACKS_PER_THREAD = (1, 2, 4)
 MOST_VALUES_PER_THREAD = 16
 THREADS_PER_SM = 2048  # sm_90; gelu()'s kernels use at most 32 registers, so threads are the limit
 # Without a GPU the dispatcher decides for the GPU the book was recorded on (the H200's 132
-# SMs), so that the configurations it names are the recorded ones.
+# SMs and 60 MiB of L2), so that the configurations it names are the recorded ones.
 RECORDED_SM_COUNT = 132
+RECORDED_L2_BYTES = 60 << 20
+# gelu() loads read-once (evict-first, step 7) while its input is at most this many L2s. Measured
+# on the H200 in rotated turns (2026-11-25), recording / scratch run: 0.4-1.3% / 1-5% faster up to
+# 32 MiB of input (from 8 MiB of fp32, 4 MiB of fp16); at 64 MiB 0.7-1.1% slower / 1.1-1.8% faster;
+# from 256 MiB up 1-2% slower in both; level within the noise below 4-8 MiB.
+EVICT_FIRST_UP_TO_L2S = 1
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has
 # the size of its input, so this is a relative error for |x| > 1 and an absolute
@@ -67,6 +73,7 @@ class GeluVariant(ElementwiseVariant):
     pack_size: int = 4
     math: str = "tanh"  # one of MATHS
     packs_per_thread: int = 1  # the packed kernel: packs each thread loads before computing
+    evict_first: bool = False  # the packed kernel: load 16-byte packs read-once (step 7)
 
     SOURCE: ClassVar[str] = SOURCE
     KERNELS: ClassVar[tuple] = ("grid_stride", "packed")
@@ -82,12 +89,16 @@ class GeluVariant(ElementwiseVariant):
         if self.packs_per_thread not in PACKS_PER_THREAD or (self.packs_per_thread > 1 and not self.packed):
             raise InputError(f"packs_per_thread must be one of {PACKS_PER_THREAD} (and 1 for the grid-stride "
                              f"kernel), got {self.packs_per_thread}")
+        if self.evict_first and not (self.packed and self.alignment == 16):
+            raise InputError(f"evict_first loads 16-byte packs: it needs the packed kernel and pack_size "
+                             f"{16 // np_dtype(self.dtype).itemsize} for {self.dtype}, got {self.kernel} with "
+                             f"pack_size {self.pack_size}")
 
     @property
     def name_expression(self) -> str:
         if self.kernel == "packed":
             return (f"gelu_packed<{self.c_type}, {self.pack_size}, {self.block_size}, {MATHS[self.math]}, "
-                    f"{self.packs_per_thread}>")
+                    f"{self.packs_per_thread}, {str(self.evict_first).lower()}>")
         return f"gelu_grid_stride<{self.c_type}, {MATHS[self.math]}>"
 
     @property
@@ -96,36 +107,53 @@ class GeluVariant(ElementwiseVariant):
         if self.kernel == "packed":
             config["pack_size"] = self.pack_size
             config["packs_per_thread"] = self.packs_per_thread
+            config["evict_first"] = self.evict_first
         return config
 
     def grid(self, n: int, kernel) -> int:
-        if self.kernel == "packed":  # packs_per_thread packs per thread: the grid covers the array
-            return max(1, -(-(n // self.pack_size) // (self.block_size * self.packs_per_thread)))
+        if self.kernel == "packed":
+            return packed_blocks(n, self.pack_size, self.block_size, self.packs_per_thread)
         return self.one_wave(kernel, -(-n // self.block_size))
+
+
+def packed_blocks(n: int, pack_size: int, block_size: int, packs_per_thread: int) -> int:
+    """Blocks of gelu_packed for n elements: enough for the whole packs (the fewer than
+    pack_size elements past them go to the first block's threads, one each)."""
+    return max(1, -(-(int(n) // pack_size) // (block_size * packs_per_thread)))
 
 
 def packs_per_thread_for(n: int, pack_size: int, block_size: int, sm_count: int = None) -> int:
     """gelu()'s packs per thread: the fewest (at most MOST_VALUES_PER_THREAD values) whose
     grid is one wave of resident blocks; one when none is (or on the scalar path)."""
+    if pack_size == 1:
+        return 1
     if sm_count is None:
         sm_count = device.gpu().sm_count if device.gpu_available() else RECORDED_SM_COUNT
     one_wave = sm_count * (THREADS_PER_SM // block_size)
-    packs = -(-int(n) // pack_size)
     for per_thread in PACKS_PER_THREAD:
-        if pack_size == 1 or per_thread * pack_size > MOST_VALUES_PER_THREAD:
+        if per_thread * pack_size > MOST_VALUES_PER_THREAD:
             break
-        if -(-packs // (block_size * per_thread)) <= one_wave:
+        if packed_blocks(n, pack_size, block_size, per_thread) <= one_wave:
             return per_thread
     return 1
 
 
+def evict_first_for(n: int, dtype: str, pack_size: int, l2_bytes: int = None) -> bool:
+    """gelu()'s load hint: read-once loads (16-byte packs only) while the input is at most
+    EVICT_FIRST_UP_TO_L2S times the size of L2."""
+    if l2_bytes is None:
+        l2_bytes = device.gpu().l2_bytes if device.gpu_available() else RECORDED_L2_BYTES
+    itemsize = np_dtype(dtype).itemsize
+    return pack_size * itemsize == 16 and int(n) * itemsize <= EVICT_FIRST_UP_TO_L2S * l2_bytes
+
+
 def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
     """The kernel gelu() runs for n elements whose pointers allow ``pack_size``, with
-    packs_per_thread_for's packs per thread."""
+    packs_per_thread_for's packs per thread and evict_first_for's load hint."""
     if math == "half2" and pack_size < 2:
         math = "tanh_approx"  # pairs need 4-byte alignment; the nearest scalar arithmetic
-    return GeluVariant("packed", dtype, pack_size, block_size, math,
-                       packs_per_thread_for(n, pack_size, block_size))
+    return GeluVariant("packed", dtype, pack_size, block_size, math, packs_per_thread_for(n, pack_size, block_size),
+                       evict_first_for(n, dtype, pack_size))
 
 
 def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
@@ -137,9 +165,21 @@ def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: i
     return variant
 
 
+# Host checks walk arrays 2^20 values at a time: the float64 temporaries (8 MiB each) stay in
+# the CPU's caches, where whole-array temporaries of 2^28 values (2 GiB each) took seconds.
+CHUNK = 1 << 20
+
+
 def reference(x, math: str = "tanh") -> np.ndarray:
     """GELU in float64: the erf form for math='erf', the tanh form otherwise."""
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    flat, out = x.reshape(-1), np.empty(x.size, np.float64)
+    for start in range(0, x.size, CHUNK):
+        out[start:start + CHUNK] = _reference_chunk(flat[start:start + CHUNK].astype(np.float64), math)
+    return out.reshape(x.shape)
+
+
+def _reference_chunk(x: np.ndarray, math: str) -> np.ndarray:
     if math == "erf":
         try:
             from scipy.special import erf
@@ -147,7 +187,7 @@ def reference(x, math: str = "tanh") -> np.ndarray:
             erf = np.vectorize(math_erf)
         return 0.5 * x * (1.0 + erf(x / math_sqrt2))
     with np.errstate(over="ignore"):
-        inner = math_sqrt_2_over_pi * (x + 0.044715 * x ** 3)
+        inner = math_sqrt_2_over_pi * (x + 0.044715 * (x * x * x))
     return 0.5 * x * (1.0 + np.tanh(inner))
 
 
@@ -171,16 +211,21 @@ _references = HostReferences()
 def _reference_of(x: np.ndarray, math: str) -> np.ndarray:
     """The float64 reference of a host input, computed once per input and formula."""
     formula = "erf" if math == "erf" else "tanh"
-    return _references.get(x, formula, lambda h: reference(h.astype(np.float64).reshape(-1), formula))
+    return _references.get(x, formula, lambda h: reference(h.reshape(-1), formula))
 
 
 def gelu_error(x: np.ndarray, y: np.ndarray, math: str) -> float:
     """max |y - reference| / max(1, |x|) over all elements; NaN counts as infinite."""
-    if x.size == 0:
-        return 0.0
-    err = np.abs(y.astype(np.float64).reshape(-1) - _reference_of(x, math))
-    err /= np.maximum(1.0, np.abs(x.astype(np.float64).reshape(-1)))
-    return float(np.inf) if np.isnan(err).any() else float(err.max())
+    ref, xs, ys = _reference_of(x, math), x.reshape(-1), y.reshape(-1)
+    worst = 0.0
+    for start in range(0, x.size, CHUNK):
+        part = slice(start, start + CHUNK)
+        err = np.abs(ys[part].astype(np.float64) - ref[part])
+        err /= np.maximum(1.0, np.abs(xs[part].astype(np.float64)))
+        if np.isnan(err).any():
+            return float(np.inf)
+        worst = max(worst, float(err.max()))
+    return worst
 
 
 def check_gelu(variant: GeluVariant, x: DeviceArray, y: DeviceArray, host: np.ndarray = None) -> float:
@@ -288,6 +333,8 @@ def sanitizer_cases():
                  for b in (128, 1024) for m in ("tanh", "erf", "tanh_approx", "sigmoid")]
     variants += [GeluVariant("packed", d, full_pack(d), 128, "sigmoid", p) for d in C_TYPES
                  for p in (2, 4)]
+    variants += [GeluVariant("packed", d, full_pack(d), 128, "sigmoid", p, True) for d in C_TYPES
+                 for p in (1, 2, 4)]
     variants += [GeluVariant("packed", "float16", p, 256, "half2", t) for p in (2, 8) for t in (1, 2)]
     cases = [case(v, n) for v in variants for n in (1, 7, 1023, (1 << 16) + 3)]
     return cases + [misaligned(d, 1000) for d in C_TYPES]

@@ -73,16 +73,35 @@ __global__ void gelu_grid_stride(const T* __restrict__ x, T* __restrict__ y, lon
     }
 }
 
-// Steps 2-5: one generic kernel. Each thread loads PacksPerThread Packs of
+// Step 7: a 16-byte pack loaded as read-once. Nothing reads x again, so the load
+// asks L1 not to keep the line (L1::no_allocate) and L2 to replace it before any
+// other line (an evict_first policy, made by createpolicy): L2's room goes to the
+// lines that may be used again, the output and what earlier kernels left there.
+// The chapter measures where that pays and where it costs.
+template <typename P>
+__device__ __forceinline__ P load_read_once(const P* p) {
+    static_assert(sizeof(P) == 16, "read-once loads are 16-byte packs");
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    uint4 bits;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w) : "l"(p), "l"(policy));
+    P pack;
+    memcpy(&pack, &bits, sizeof pack);
+    return pack;
+}
+
+// Steps 2-5 and 7: one generic kernel. Each thread loads PacksPerThread Packs of
 // PackSize values (up to 16 bytes each: LDG.E.128), all before it uses any, so
 // their latencies overlap; computes GELU on each value; and stores the Packs.
 // The grid covers the array. A block's packs are BlockSize apart, so each load
 // instruction of a warp still reads consecutive 16-byte chunks.
 // With Math == kHalf2 the pack is processed as pairs in half2 arithmetic (T must
 // be __half and PackSize even); otherwise each value is widened to float.
+// With EvictFirst the packs are loaded read-once (load_read_once, step 7).
 // Requires: x and y aligned to sizeof(Pack); the host falls back to the scalar
 // path (PackSize 1) for pointers that are not.
-template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread>
+template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst>
 __global__ void __launch_bounds__(BlockSize)
 gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
     using P = Pack<T, PackSize>;
@@ -92,7 +111,10 @@ gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
 #pragma unroll
     for (int j = 0; j < PacksPerThread; ++j) {
         const long long i = first + j * BlockSize;
-        if (i < num_packs) packs[j] = reinterpret_cast<const P*>(x)[i];
+        if (i < num_packs) {
+            if constexpr (EvictFirst) packs[j] = load_read_once(reinterpret_cast<const P*>(x) + i);
+            else packs[j] = reinterpret_cast<const P*>(x)[i];
+        }
     }
 #pragma unroll
     for (int j = 0; j < PacksPerThread; ++j) {

@@ -5,7 +5,8 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.gelu_kernels import (MATHS, MOST_VALUES_PER_THREAD, PACKS_PER_THREAD, TOLERANCE, GeluVariant, check_gelu,
-                                  gelu, gelu_error, packs_per_thread_for, random_input, reference, variant_for)
+                                  evict_first_for, gelu, gelu_error, packs_per_thread_for, random_input, reference,
+                                  variant_for)
 from helpers.operands import full_pack
 
 FLOAT_MATHS = ("tanh", "erf", "tanh_approx", "sigmoid")
@@ -15,7 +16,9 @@ ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16",
           for p in packs for b in (128, 1024) for m in FLOAT_MATHS]
        + [GeluVariant("packed", d, p, 128, "sigmoid", t) for d, p in (("float32", 4), ("float16", 8), ("bfloat16", 2))
           for t in (2, 4)]
-       + [GeluVariant("packed", "float16", p, b, "half2", t) for p in (2, 4, 8) for b in (128, 256) for t in (1, 2)])
+       + [GeluVariant("packed", "float16", p, b, "half2", t) for p in (2, 4, 8) for b in (128, 256) for t in (1, 2)]
+       + [GeluVariant("packed", d, p, 128, m, t, True) for d, p in (("float32", 4), ("float16", 8), ("bfloat16", 8))
+          for m in ("sigmoid", "tanh") for t in (1, 2)])
 
 
 def sass_ops(variant):
@@ -55,6 +58,24 @@ def test_each_thread_issues_one_wide_load_and_store_per_pack(packs):
     assert ops["LDG.E.128.CONSTANT"] == packs and ops["STG.E.128"] == packs, ops
 
 
+@pytest.mark.parametrize("packs", [1, 2])
+def test_read_once_loads_bypass_l1(packs):
+    """L1::no_allocate shows in SASS as .NA; the L2 policy travels in the load's descriptor."""
+    ops = sass_ops(GeluVariant("packed", "float32", 4, 128, "sigmoid", packs, evict_first=True))
+    assert ops["LDG.E.NA.128.CONSTANT"] == packs and "LDG.E.128.CONSTANT" not in ops and ops["STG.E.128"] == packs, ops
+
+
+def test_the_library_loads_read_once_while_the_input_fits_in_l2():
+    l2 = 60 << 20
+    assert [evict_first_for(n, "float32", 4, l2) for n in (1 << 18, 1 << 23, 15 << 20, (15 << 20) + 1, 1 << 24)] == [
+        True, True, True, False, False]  # 4 bytes each: up to 60 MiB of input
+    assert [evict_first_for(n, "float16", 8, l2) for n in (1 << 24, 1 << 25)] == [True, False]
+    assert not evict_first_for(1 << 20, "float32", 2, l2)  # 8-byte packs (an offset view): plain loads
+    assert evict_first_for(1 << 24, "float32", 4, 2 * l2)  # twice the L2: twice the arrays
+    assert variant_for(1 << 23, "float32", 4).evict_first and not variant_for(1 << 26, "float32", 4).evict_first
+    assert not variant_for(1 << 20, "float32", 1).evict_first  # the scalar path
+
+
 def test_the_library_makes_its_grid_one_wave_where_it_can():
     """132 SMs x 16 blocks of 128 threads: 2112 blocks a wave, 4.125 MiB of input in 16-byte packs."""
     per_thread = {(dtype, n): variant_for(n, dtype, full_pack(dtype)).packs_per_thread
@@ -68,6 +89,9 @@ def test_the_library_makes_its_grid_one_wave_where_it_can():
         assert blocks <= 2112 or v.packs_per_thread == 1, (n, v)
     assert packs_per_thread_for((2112 * 128 * 4) + 4, 4, 128, sm_count=132) == 2  # one pack past one wave
     assert packs_per_thread_for(2112 * 128 * 4, 4, 128, sm_count=132) == 1
+    # the tail past the last whole pack goes to the first block's threads: no extra block, still one wave
+    assert packs_per_thread_for((2112 * 128 * 4) + 3, 4, 128, sm_count=132) == 1
+    assert GeluVariant("packed", "float32", 4, 128).grid((2112 * 128 * 4) + 3, None) == 2112
     assert packs_per_thread_for(1 << 21, 4, 128, sm_count=264) == 1  # twice the SMs: one pack is one wave
     large = variant_for(1 << 26, "float32", 4)
     assert large.packs_per_thread == 1 and large.math == "sigmoid" and large.block_size == 128
@@ -80,8 +104,9 @@ def test_the_kernels_the_library_picks_allow_a_full_sm_of_threads():
     for dtype in ("float32", "float16", "bfloat16"):
         for per_thread in PACKS_PER_THREAD:
             if per_thread * full_pack(dtype) <= MOST_VALUES_PER_THREAD:
-                v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread)
-                assert v.compiled().resources(v.name_expression).registers <= 32, v
+                for evict_first in (False, True):
+                    v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread, evict_first)
+                    assert v.compiled().resources(v.name_expression).registers <= 32, v
 
 
 def test_no_variant_spills():
@@ -98,6 +123,8 @@ def test_no_variant_spills():
     (dict(dtype="float32", math="half2"), "needs dtype float16"),
     (dict(dtype="float16", pack_size=1, math="half2"), "even pack_size"),
     (dict(block_size=100), "multiple of 32"),
+    (dict(dtype="float32", pack_size=2, evict_first=True), "evict_first loads 16-byte packs"),
+    (dict(kernel="grid_stride", pack_size=1, evict_first=True), "evict_first loads 16-byte packs"),
 ])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
@@ -137,10 +164,10 @@ def test_every_gelu_matches_float64_on_irregular_sizes(gpu, variant):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("math", ["tanh", "sigmoid"])
-def test_a_gigantic_input(gpu, dtype, math):
+@pytest.mark.parametrize("math, evict_first", [("tanh", False), ("sigmoid", False), ("sigmoid", True)])
+def test_a_gigantic_input(gpu, dtype, math, evict_first):
     n = 1 << 28
-    variant = GeluVariant("packed", dtype, 16 // np.dtype(dtype).itemsize, 128, math)
+    variant = GeluVariant("packed", dtype, 16 // np.dtype(dtype).itemsize, 128, math, evict_first=evict_first)
     assert check_gelu(variant, DeviceArray((n,), dtype), DeviceArray((n,), dtype)) <= TOLERANCE[(dtype, math)]
 
 
