@@ -95,12 +95,14 @@ def _timed_batch(cu, stream, runs, rounds, flush: bool, host_ms: float) -> np.nd
     the rounds, as this timer had before, ended before the host had queued 201 rounds in 8
     measurements of 8 on the H200, 2026-11-25; a GELU recording then read spreads of 130-490%
     at 5-7 us. Batches of 16 were queued within their holds in all 104.)"""
-    hold_ms = 2.0 * len(rounds) * host_ms + 0.2
-    for _ in range(4):
+    hold_ms = min(2.0 * len(rounds) * host_ms + 0.2, MOST_HOLD_MS)
+    for attempt in range(4):
+        if attempt:
+            hold_ms = min(2 * hold_ms, MOST_HOLD_MS)
         events = [_events(2 * len(runs)) for _ in rounds]
         released = _events(1)[0]
         try:
-            hold_gpu(min(hold_ms, MOST_HOLD_MS))
+            hold_gpu(hold_ms)
             check(cu.cuEventRecord(released, stream), "cuEventRecord")
             for r, round_events in zip(rounds, events):
                 _queue_round(cu, stream, runs, round_events, flush, first=r % len(runs))
@@ -113,8 +115,7 @@ def _timed_batch(cu, stream, runs, rounds, flush: bool, host_ms: float) -> np.nd
                 cu.cuEventDestroy(e)
         if not starved:
             return times
-        hold_ms *= 2
-    warnings.warn(f"the host could not queue {len(rounds)} rounds within a hold of {min(hold_ms, MOST_HOLD_MS):.0f} ms: "
+    warnings.warn(f"the host could not queue {len(rounds)} rounds within a hold of {hold_ms:.0f} ms: "
                   "these times may include host gaps", RuntimeWarning)
     return times
 

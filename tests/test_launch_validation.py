@@ -135,3 +135,52 @@ def test_turns_rotate_so_that_every_run_takes_every_place():
                                                    for e in range(2)], flush=False, first=first)
     assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
     assert recorded[6:12] == ["start 1", "end 1", "start 2", "end 2", "start 0", "end 0"]
+
+
+class _FakeBatchDriver:
+    """The driver calls of timing._timed_batch, with the hold's end event reported as passed
+    (the host was too slow) for the first ``late`` queries."""
+
+    def __init__(self, late):
+        from cuda.bindings import driver
+        self.CUresult, self.late, self.queued = driver.CUresult, late, []
+
+    def cuEventRecord(self, event, stream):
+        self.queued.append(event)
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuEventQuery(self, event):
+        self.late -= 1
+        return (self.CUresult.CUDA_SUCCESS if self.late >= 0 else self.CUresult.CUDA_ERROR_NOT_READY,)
+
+    def cuStreamSynchronize(self, stream):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuEventDestroy(self, event):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+
+def _batch_with(monkeypatch, late):
+    from helpers import timing
+    holds = []
+    monkeypatch.setattr(timing, "hold_gpu", holds.append)
+    monkeypatch.setattr(timing, "_events", lambda count: [object() for _ in range(count)])
+    monkeypatch.setattr(timing, "_elapsed_ms", lambda start, end: 1.0)
+    times = timing._timed_batch(_FakeBatchDriver(late), None, [lambda: None] * 2, range(16), False, host_ms=0.5)
+    return holds, times
+
+
+def test_a_batch_the_host_queued_too_slowly_is_queued_again_behind_a_longer_hold(monkeypatch):
+    holds, times = _batch_with(monkeypatch, late=2)
+    assert holds == [16.2, 32.4, 64.8] and times.shape == (2, 16)
+
+
+def test_a_batch_that_never_fits_its_hold_is_timed_with_a_warning(monkeypatch):
+    from helpers import timing
+    with pytest.warns(RuntimeWarning, match="within a hold of 130 ms"):
+        holds, times = _batch_with(monkeypatch, late=4)
+    assert holds == [16.2, 32.4, 64.8, 129.6] and times.shape == (2, 16)
+    monkeypatch.setattr(timing, "MOST_HOLD_MS", 40.0)
+    with pytest.warns(RuntimeWarning, match="within a hold of 40 ms"):
+        holds, _ = _batch_with(monkeypatch, late=4)
+    assert holds == [16.2, 32.4, 40.0, 40.0]
