@@ -89,10 +89,9 @@ class GeluVariant(ElementwiseVariant):
         if self.packs_per_thread not in PACKS_PER_THREAD or (self.packs_per_thread > 1 and not self.packed):
             raise InputError(f"packs_per_thread must be one of {PACKS_PER_THREAD} (and 1 for the grid-stride "
                              f"kernel), got {self.packs_per_thread}")
-        if self.evict_first and not (self.packed and self.alignment == 16):
+        if self.evict_first and not (self.packed and self.pack_size == full_pack(self.dtype)):
             raise InputError(f"evict_first loads 16-byte packs: it needs the packed kernel and pack_size "
-                             f"{16 // np_dtype(self.dtype).itemsize} for {self.dtype}, got {self.kernel} with "
-                             f"pack_size {self.pack_size}")
+                             f"{full_pack(self.dtype)} for {self.dtype}, got {self.kernel} with pack_size {self.pack_size}")
 
     @property
     def name_expression(self) -> str:
@@ -143,8 +142,7 @@ def evict_first_for(n: int, dtype: str, pack_size: int, l2_bytes: int = None) ->
     EVICT_FIRST_UP_TO_L2S times the size of L2."""
     if l2_bytes is None:
         l2_bytes = device.gpu().l2_bytes if device.gpu_available() else RECORDED_L2_BYTES
-    itemsize = np_dtype(dtype).itemsize
-    return pack_size * itemsize == 16 and int(n) * itemsize <= EVICT_FIRST_UP_TO_L2S * l2_bytes
+    return pack_size == full_pack(dtype) and int(n) * np_dtype(dtype).itemsize <= EVICT_FIRST_UP_TO_L2S * l2_bytes
 
 
 def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
