@@ -301,14 +301,14 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
         per_thread = -(-packs // 32) * pack
     block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
     slots = group * per_thread // pack
-    sixteen_bytes = pack * itemsize == 16
-    if itemsize == 2 and sixteen_bytes and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
+    full = pack == full_pack(dtype)  # 16-byte packs
+    if itemsize == 2 and full and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
         narrower = -(-packs // (group // 2)) * pack
         if narrower <= PART_FILLED_MOST:
             group, per_thread = group // 2, narrower
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
-    early = (itemsize == 4 and pack == 4 and cols >= 256) or \
-            (itemsize == 2 and sixteen_bytes and per_thread == LANE_VALUES and group < 32 and cols >= 64)
+    early = (itemsize == 4 and full and cols >= 256) or \
+            (itemsize == 2 and full and per_thread == LANE_VALUES and group < 32 and cols >= 64)
     return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 
