@@ -161,16 +161,21 @@ _workspaces = {}
 
 
 RECORDED_L2_BYTES = 60 << 20  # the H200 of book/data/reduce.json
+# The single pass loads evict-first for arrays of at most this many L2s. Timed in turns with plain
+# loads on the H200 (2026-11-25, medians of three measurements), evict-first / plain speed: 64 MiB
+# 1.125x, 96 MiB 1.106x, 128 MiB 1.076x, 192 MiB 1.019x, 256 MiB 0.986x, 512 MiB 0.933x, 1 GiB
+# 0.906x: the two meet near 230 MiB, about 3.8 L2s.
+EVICT_FIRST_UP_TO_L2S = 3.5
 
 
 def sum_variant_for(n: int) -> SumVariant:
     """The library's choice for a whole-array sum, read off chapter 3's measurements:
     the single pass with 1024 threads and one 16-byte load per iteration (the compiler
-    unrolls the walk itself), and evict-first loads for arrays up to 8 times the L2,
-    where they pay (beyond it they cost a few percent on an H200)."""
+    unrolls the walk itself), and evict-first loads for arrays of up to
+    EVICT_FIRST_UP_TO_L2S times the L2, where they pay (beyond, they cost up to 9% on an H200)."""
     # Without a GPU (replay) the recorded H200's L2 decides, as it did when recording.
     l2_bytes = device.gpu().l2_bytes if device.no_gpu_reason() is None else RECORDED_L2_BYTES
-    return SumVariant("single_pass", 1024, 1, evict_first=l2_bytes * 8 >= bytes_moved(n))
+    return SumVariant("single_pass", 1024, 1, evict_first=bytes_moved(n) <= EVICT_FIRST_UP_TO_L2S * l2_bytes)
 
 
 def array_sum(x: DeviceArray) -> float:
@@ -389,14 +394,18 @@ def check_sum(variant: SumVariant, x: DeviceArray, host: np.ndarray) -> float:
     return abs(got - exact) / max(magnitude, np.finfo(np.float64).tiny)
 
 
-def measure_sum(bench, variant: SumVariant, n: int):
-    """Check against float64 on fresh normal inputs, then time. Every size is checked:
-    the float64 sum of 2^28 values takes a second, not minutes."""
+def sum_measurement(variant: SumVariant, n: int, *, provider: str = None) -> dict:
+    """What ``bench.measure`` needs to check a sum against float64 on fresh normal inputs
+    and time it. Every size is checked: the float64 sum of 2^28 values takes a second."""
     def setup():
         host, x, _ = inputs.get(n, "float32")
         return (lambda: variant.launch(x)), (lambda: check_sum(variant, x, host))
-    return bench.measure(variant.name, dtype="float32", shape=[n], config=variant.config,
-                         bytes=bytes_moved(n), setup=setup)
+    return dict(provider=provider or variant.name, dtype="float32", shape=[n], config=variant.config,
+                bytes=bytes_moved(n), setup=setup)
+
+
+def measure_sum(bench, variant: SumVariant, n: int):
+    return bench.measure(**sum_measurement(variant, n))
 
 
 def _row_bytes(rows: int, cols: int) -> int:
@@ -439,13 +448,13 @@ def _row_output(rows):
     return _outputs[rows]
 
 
-def measure_rows(bench, variant: RowVariant, rows: int, cols: int):
+def rows_measurement(variant: RowVariant, rows: int, cols: int, *, provider: str = None) -> dict:
     def setup():
         host, x = _matrix(rows, cols)
         y = _row_output(rows)
         return (lambda: variant.launch(x, y)), (lambda: check_rows(variant, x, y, host))
-    return bench.measure(variant.name, dtype="float32", shape=[rows, cols], config=variant.config,
-                         bytes=_row_bytes(rows, cols), setup=setup)
+    return dict(provider=provider or variant.name, dtype="float32", shape=[rows, cols], config=variant.config,
+                bytes=_row_bytes(rows, cols), setup=setup)
 
 
 # ---------------------------------------------------------------- the peers, on the same bytes
@@ -476,7 +485,7 @@ def _check_torch(run, torch, exact, magnitude, what):
     return _check_peer(out.double().cpu().numpy(), exact, magnitude, what)
 
 
-def measure_torch_sum(bench, n: int, *, compiled: bool = False):
+def torch_sum_measurement(n: int, *, compiled: bool = False) -> dict:
     """``torch.sum`` (eager or torch.compile'd) on the very bytes our kernels sum."""
     def setup():
         host, x, _ = inputs.get(n, "float32")
@@ -484,8 +493,12 @@ def measure_torch_sum(bench, n: int, *, compiled: bool = False):
         fn = _torch_sum(torch, None, compiled, t.shape)
         exact, magnitude = _exact_of(host)
         return (lambda: fn(t)), (lambda: _check_torch(lambda: fn(t), torch, exact, magnitude, "torch.sum"))
-    return bench.measure("torch.compile" if compiled else "torch", dtype="float32", shape=[n],
-                         config={"op": "sum"}, bytes=bytes_moved(n), setup=setup)
+    return dict(provider="torch.compile" if compiled else "torch", dtype="float32", shape=[n],
+                config={"op": "sum"}, bytes=bytes_moved(n), setup=setup)
+
+
+def measure_torch_sum(bench, n: int, *, compiled: bool = False):
+    return bench.measure(**torch_sum_measurement(n, compiled=compiled))
 
 
 def cub_description() -> str:
@@ -498,7 +511,7 @@ def cub_description() -> str:
         return "cupy.sum"
 
 
-def measure_cub_sum(bench, n: int):
+def cub_sum_measurement(n: int) -> dict:
     """``cupy.sum``, which CuPy runs through CUB's DeviceReduce (CUPY_ACCELERATORS=cub,
     CuPy's default), on the very bytes our kernels sum."""
     def setup():
@@ -511,11 +524,24 @@ def measure_cub_sum(bench, n: int):
         c = cupy.asarray(x)
         exact, magnitude = _exact_of(host)
         return (lambda: c.sum()), (lambda: _check_peer(float(c.sum()), exact, magnitude, "cupy.sum"))
-    return bench.measure("cub", dtype="float32", shape=[n], config={"op": "cupy.sum"},
-                         bytes=bytes_moved(n), setup=setup)
+    return dict(provider="cub", dtype="float32", shape=[n], config={"op": "cupy.sum"}, bytes=bytes_moved(n),
+                setup=setup)
 
 
-def measure_torch_rows(bench, rows: int, cols: int, *, compiled: bool = False):
+def measure_cub_sum(bench, n: int):
+    return bench.measure(**cub_sum_measurement(n))
+
+
+def measure_sum_versus_peers(bench, n: int) -> list:
+    """array_sum()'s kernel (sum_variant_for), torch.sum eager and torch.compile'd, and CUB
+    (cupy.sum), on the same bytes, timed in turns (one repetition of each per round):
+    [ours, eager, compiled, CUB], None for what is not installed."""
+    return bench.measure_together([sum_measurement(sum_variant_for(n), n, provider="array_sum()"),
+                                   torch_sum_measurement(n), torch_sum_measurement(n, compiled=True),
+                                   cub_sum_measurement(n)])
+
+
+def torch_rows_measurement(rows: int, cols: int, *, compiled: bool = False) -> dict:
     """``x.sum(-1)`` (eager or torch.compile'd) on the very bytes our row kernels read."""
     def setup():
         host, x = _matrix(rows, cols)
@@ -523,5 +549,13 @@ def measure_torch_rows(bench, rows: int, cols: int, *, compiled: bool = False):
         fn = _torch_sum(torch, -1, compiled, t.shape)
         exact, magnitude = _exact_of(host)
         return (lambda: fn(t)), (lambda: _check_torch(lambda: fn(t), torch, exact, magnitude, "torch.sum(-1)"))
-    return bench.measure("torch.compile" if compiled else "torch", dtype="float32", shape=[rows, cols],
-                         config={"op": "sum(-1)"}, bytes=_row_bytes(rows, cols), setup=setup)
+    return dict(provider="torch.compile" if compiled else "torch", dtype="float32", shape=[rows, cols],
+                config={"op": "sum(-1)"}, bytes=_row_bytes(rows, cols), setup=setup)
+
+
+def measure_rows_versus_torch(bench, rows: int, cols: int) -> list:
+    """row_reduce()'s kernel (row_variant_for), x.sum(-1) eager and torch.compile'd, on the
+    same bytes, timed in turns: [ours, eager, compiled], None for what is not installed."""
+    return bench.measure_together([rows_measurement(row_variant_for(cols), rows, cols, provider="row_reduce()"),
+                                   torch_rows_measurement(rows, cols),
+                                   torch_rows_measurement(rows, cols, compiled=True)])

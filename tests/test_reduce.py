@@ -198,6 +198,14 @@ def test_the_replayed_library_choice_uses_the_recorded_gpus_l2():
     assert RECORDED_L2_BYTES == recording["environment"]["l2_mib"] << 20
 
 
+def test_the_library_sum_loads_evict_first_up_to_where_the_hint_stopped_paying(monkeypatch):
+    # Measured on the H200 (60 MiB of L2): the hint pays up to 192 MiB of floats and costs from 256 MiB.
+    import helpers.reduce_kernels as reduce_kernels
+    monkeypatch.setattr(reduce_kernels.device, "no_gpu_reason", lambda: "a test of the recorded GPU's rule")
+    chosen = {mib: sum_variant_for((mib << 20) // 4).evict_first for mib in (1, 64, 128, 192, 256, 512, 1024)}
+    assert chosen == {1: True, 64: True, 128: True, 192: True, 256: False, 512: False, 1024: False}
+
+
 def test_host_references_are_shared_by_reshaped_views_not_by_offset_views():
     from helpers.operands import HostReferences
     references, computed = HostReferences(), []
