@@ -64,3 +64,22 @@ def test_every_chapter_has_an_explorer_of_its_recording():
         markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
         assert f'class="bandwidth-explorer" data-chapter="{notebook.stem}"' in markdown, notebook.name
         assert (ROOT / "book" / "data" / f"{notebook.stem}.json").is_file()
+
+
+def test_the_introduction_names_the_dates_of_the_recordings():
+    # The introduction says when the figures were measured, chapter by chapter: re-recording a
+    # chapter must move its date there too.
+    intro = (ROOT / "book" / "intro.md").read_text()
+    section = intro.split("## Which GPU produced the figures", 1)[1].split("\n## ", 1)[0]
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    chapters = [entry["file"].split("/")[-1] for part in toc["parts"] if part.get("numbered")
+                for entry in part["chapters"]]
+    said = {}
+    for date, which in re.findall(r"\*\*(\d{4}-\d\d-\d\d)\*\* \(chapters? ([\d, and]+)\)", section):
+        for number in re.findall(r"\d+", which):
+            said[int(number)] = date
+    recorded = {number: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())["recorded"]
+                for number, name in enumerate(chapters, start=1)}
+    assert said == recorded
+    latest = max(recorded.values())
+    assert f"recorded on NVIDIA H200 on {latest}" in intro
