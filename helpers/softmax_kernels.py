@@ -493,25 +493,34 @@ def _check_output(what: str, run, y: DeviceArray, host: np.ndarray, dtype: str, 
     return _compare(what, y.to_numpy(), host, dtype, log, TOLERANCE[dtype])
 
 
-def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None):
-    """Check one variant against float64 on fresh normal inputs, then time it. GB/s
-    counts the bytes a softmax must move (bytes_moved), whatever the path re-reads."""
+def softmax_measurement(variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None) -> dict:
+    """What ``bench.measure`` needs to check one variant against float64 on fresh normal
+    inputs and time it. GB/s counts the bytes a softmax must move (bytes_moved), whatever
+    the path re-reads."""
     def setup():
         host, x, y = _matrix(rows, cols, variant.dtype)
         return (lambda: variant.launch(x, y)), (
             lambda: _check_output(variant.name_expression, lambda: variant.launch(x, y), y, host, variant.dtype,
                                   variant.log))
-    return bench.measure(provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
-                         bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+    return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
+                bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
+
+
+def measure_softmax(bench, variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None):
+    return bench.measure(**softmax_measurement(variant, rows, cols, provider=provider))
+
+
+def dispatcher_measurement(rows: int, cols: int, dtype: str, *, log: bool = False) -> dict:
+    """softmax() as a user calls it: the dispatcher's choice, recorded in config."""
+    return softmax_measurement(variant_for(rows, cols, dtype, full_pack(dtype), log=log), rows, cols,
+                               provider="softmax()" if not log else "log_softmax()")
 
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str, *, log: bool = False):
-    """softmax() as a user calls it: the dispatcher's choice, recorded in config."""
-    return measure_softmax(bench, variant_for(rows, cols, dtype, full_pack(dtype), log=log), rows, cols,
-                           provider="softmax()" if not log else "log_softmax()")
+    return bench.measure(**dispatcher_measurement(rows, cols, dtype, log=log))
 
 
-def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False, log: bool = False):
+def torch_measurement(rows: int, cols: int, dtype: str, *, compiled: bool = False, log: bool = False) -> dict:
     """torch.softmax (or log_softmax) over the last dimension, eager or torch.compile'd for
     this one shape, on the very bytes our kernels read, into its own output."""
     def setup():
@@ -529,8 +538,21 @@ def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: 
             return _compare(what, out.float().cpu().numpy(), host, dtype, log, 2 * TOLERANCE[dtype])
         return (lambda: fn(t)), check
     name = ("torch.compile" if compiled else "torch") + (" log_softmax" if log else "")
-    return bench.measure(name, dtype=dtype, shape=[rows, cols], config={"op": "log_softmax" if log else "softmax"},
-                         bytes=bytes_moved(rows, cols, dtype), setup=setup)
+    return dict(provider=name, dtype=dtype, shape=[rows, cols], config={"op": "log_softmax" if log else "softmax"},
+                bytes=bytes_moved(rows, cols, dtype), setup=setup)
+
+
+def measure_torch_softmax(bench, rows: int, cols: int, dtype: str, *, compiled: bool = False, log: bool = False):
+    return bench.measure(**torch_measurement(rows, cols, dtype, compiled=compiled, log=log))
+
+
+def measure_versus_torch(bench, rows: int, cols: int, dtype: str, *, log: bool = False) -> list:
+    """softmax() (or log_softmax()), PyTorch eager and torch.compile on the same bytes, timed
+    in turns (one repetition of each per round): [ours, eager, compiled], None for what is
+    not installed."""
+    return bench.measure_together([dispatcher_measurement(rows, cols, dtype, log=log),
+                                   torch_measurement(rows, cols, dtype, log=log),
+                                   torch_measurement(rows, cols, dtype, compiled=True, log=log)])
 
 
 # The cluster kernel's phases, between the clock reads of its Timed twin (kernels/softmax.cu).
