@@ -66,7 +66,7 @@ def test_every_chapter_has_an_explorer_of_its_recording():
         assert (ROOT / "book" / "data" / f"{notebook.stem}.json").is_file()
 
 
-def test_the_introduction_names_the_dates_of_the_recordings():
+def test_the_introduction_names_the_gpu_and_the_dates_of_the_recordings():
     # The introduction says when the figures were measured, chapter by chapter: re-recording a
     # chapter must move its date there too.
     intro = (ROOT / "book" / "intro.md").read_text()
@@ -81,5 +81,10 @@ def test_the_introduction_names_the_dates_of_the_recordings():
     recorded = {number: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())["recorded"]
                 for number, name in enumerate(chapters, start=1)}
     assert said == recorded
+    # ...and on which GPU: one, for every chapter (a chapter recorded on another card would
+    # sit beside prose and ceilings measured on this one)
+    gpu = re.search(r"measured on one \*\*(.+?)\*\*", section).group(1)
+    devices = {name: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())["device"] for name in chapters}
+    assert set(devices.values()) == {gpu}, devices
     latest = max(recorded.values())
-    assert f"recorded on NVIDIA H200 on {latest}" in intro
+    assert f"recorded on {gpu} on {latest}" in intro
