@@ -297,15 +297,14 @@ def lone_value_shape(cols: int, blocks: tuple, clusters: bool) -> tuple[int, int
     when neither holds the row (the caller re-reads it)."""
     if cols < 1:
         raise InputError(f"a row needs at least one value, got {cols}")
-    for block in blocks:
-        if -(-cols // block) <= LONE_VALUES_MOST:
-            return block, -(-cols // block), 1
-    for block in LONE_CLUSTER_BLOCKS if clusters else ():
-        cluster = 2
-        while cluster <= LONE_LARGEST_CLUSTER:
-            if -(-cols // (block * cluster)) <= LONE_VALUES_MOST:
-                return block, -(-cols // (block * cluster)), cluster
-            cluster *= 2
+    shapes = [(block, 1) for block in blocks]
+    if clusters:
+        shapes += [(block, 2 ** k) for block in LONE_CLUSTER_BLOCKS  # clusters of 2, 4, ... blocks
+                   for k in range(1, LONE_LARGEST_CLUSTER.bit_length())]
+    for block, cluster in shapes:
+        per_thread = -(-cols // (block * cluster))
+        if per_thread <= LONE_VALUES_MOST:
+            return block, per_thread, cluster
     return None
 
 
