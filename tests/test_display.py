@@ -1,4 +1,6 @@
 import ast
+import importlib
+import inspect
 import json
 
 import matplotlib
@@ -56,3 +58,30 @@ def test_plot_and_table_from_rows():
     assert len(ax.lines) == 2 and "2026-11-20" in ax.get_title(loc="right")
     table = summary_table(rows, ceiling_gbs=4200, reference=rows[0]).data
     assert "95.2%" in table and "1.00×" in table
+
+
+def test_the_python_a_chapter_prints_is_the_current_source():
+    # Chapters print dispatch rules with print(inspect.getsource(f)). Their stored outputs are
+    # what the published book shows, so a rule changed without re-running the chapter would be
+    # shown as it was; each must hold the function's current text.
+    from helpers.paths import ROOT
+    printed = []
+    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
+        cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+        imported = {}  # name in the notebook -> (module, attribute)
+        for cell in cells:
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers"):
+                    imported.update({a.asname or a.name: (node.module, a.name) for a in node.names})
+        for cell in cells:
+            output = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getsource"
+                        and isinstance(node.args[0], ast.Name)):
+                    name = node.args[0].id
+                    assert name in imported, f"{notebook.name} prints {name}, which it does not import from helpers"
+                    module, attribute = imported[name]
+                    source = inspect.getsource(getattr(importlib.import_module(module), attribute))
+                    assert source in output, f"{notebook.name}: the stored output of {name}'s source is stale"
+                    printed.append((notebook.name, name))
+    assert len(printed) >= 15, printed
