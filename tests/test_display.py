@@ -29,18 +29,23 @@ def test_kernel_source_stops_at_a_one_line_definition_above():
     assert kernel_source("softmax.cu", "row_norm").startswith("// The output rule")
 
 
+def chapter_code_cells() -> dict:
+    """Each chapter notebook's code cells, each with its parsed source: {name: [(cell, tree)]}."""
+    from helpers.paths import ROOT
+    return {notebook.name: [(cell, ast.parse("".join(cell["source"])))
+                            for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
+            for notebook in sorted((ROOT / "book").glob("*.ipynb"))}
+
+
 def test_every_kernel_a_chapter_shows_is_in_its_source():
     # A renamed kernel or struct would otherwise surface only when the notebook runs on a GPU.
-    from helpers.paths import ROOT
     shown = []
-    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
-        for cell in json.loads(notebook.read_text())["cells"]:
-            if cell["cell_type"] != "code":
-                continue
-            for node in ast.walk(ast.parse("".join(cell["source"]))):
+    for notebook, cells in chapter_code_cells().items():
+        for _, tree in cells:
+            for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "show_kernel":
                     file, *names = [ast.literal_eval(arg) for arg in node.args]
-                    shown += [(notebook.name, file, name) for name in names]
+                    shown += [(notebook, file, name) for name in names]
     assert len(shown) > 20
     for notebook, file, name in shown:
         assert kernel_source(file, name), (notebook, file, name)
@@ -64,24 +69,22 @@ def test_the_python_a_chapter_prints_is_the_current_source():
     # Chapters print dispatch rules with print(inspect.getsource(f)). Their stored outputs are
     # what the published book shows, so a rule changed without re-running the chapter would be
     # shown as it was; each must hold the function's current text.
-    from helpers.paths import ROOT
     printed = []
-    for notebook in sorted((ROOT / "book").glob("*.ipynb")):
-        cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    for notebook, cells in chapter_code_cells().items():
         imported = {}  # name in the notebook -> (module, attribute)
-        for cell in cells:
-            for node in ast.walk(ast.parse("".join(cell["source"]))):
+        for _, tree in cells:
+            for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers"):
                     imported.update({a.asname or a.name: (node.module, a.name) for a in node.names})
-        for cell in cells:
+        for cell, tree in cells:
             output = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-            for node in ast.walk(ast.parse("".join(cell["source"]))):
+            for node in ast.walk(tree):
                 if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getsource"
                         and isinstance(node.args[0], ast.Name)):
                     name = node.args[0].id
-                    assert name in imported, f"{notebook.name} prints {name}, which it does not import from helpers"
+                    assert name in imported, f"{notebook} prints {name}, which it does not import from helpers"
                     module, attribute = imported[name]
                     source = inspect.getsource(getattr(importlib.import_module(module), attribute))
-                    assert source in output, f"{notebook.name}: the stored output of {name}'s source is stale"
-                    printed.append((notebook.name, name))
+                    assert source in output, f"{notebook}: the stored output of {name}'s source is stale"
+                    printed.append((notebook, name))
     assert len(printed) >= 15, printed

@@ -78,13 +78,14 @@ def test_the_introduction_names_the_gpu_and_the_dates_of_the_recordings():
     for date, which in re.findall(r"\*\*(\d{4}-\d\d-\d\d)\*\* \(chapters? ([\d, and]+)\)", section):
         for number in re.findall(r"\d+", which):
             said[int(number)] = date
-    recorded = {number: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())["recorded"]
-                for number, name in enumerate(chapters, start=1)}
+    recordings = {number: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())
+                  for number, name in enumerate(chapters, start=1)}
+    recorded = {number: recording["recorded"] for number, recording in recordings.items()}
     assert said == recorded
     # ...and on which GPU: one, for every chapter (a chapter recorded on another card would
     # sit beside prose and ceilings measured on this one)
     gpu = re.search(r"measured on one \*\*(.+?)\*\*", section).group(1)
-    devices = {name: json.loads((ROOT / "book" / "data" / f"{name}.json").read_text())["device"] for name in chapters}
+    devices = {chapters[number - 1]: recording["device"] for number, recording in recordings.items()}
     assert set(devices.values()) == {gpu}, devices
     latest = max(recorded.values())
     assert f"recorded on {gpu} on {latest}" in intro
