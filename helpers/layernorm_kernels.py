@@ -280,6 +280,16 @@ PAIRS_LANE_VALUES = 8
 # level; 512: 130.34 -> 133.44), nor in 16-bit groups (fp16 64: 129.18 -> 129.76, 128: 131.17 ->
 # 131.87). Why four warps pay there, we have not found.
 PAIRS_NARROW_BLOCK = 128
+# HALF_FOUR_PACKS: fp16 rows that take four 16-byte packs a lane of a whole warp (776 to 1024
+# values) load weight and bias with the row, in blocks of two warps (80 registers against 64: 12
+# blocks an SM, 24 warps, against 32 one-warp blocks). In rotated turns (H200, 2026-11-26, three
+# measurements, 131072 x 1024, us, one warp -> two with weight and bias early (torch.compile)):
+# 131.76 -> 131.20 (132.08), 131.94 -> 131.14 (132.30), 131.90 -> 130.98 (132.51); one earlier
+# run (2026-11-25) 131.49 -> 130.72. Two warps without the early loads: 132.11-132.19. Not in
+# bf16 (87 registers): 132.1-132.3 -> 137.1-137.5 (torch.compile 131.8-132.0), nor with fewer
+# packs a lane (fp16 512: 130.8 -> 133.5, 768: 130.6 -> 131.6, 2026-11-24). Why bf16 loses this
+# much, we have not found.
+HALF_EARLY_LANE_VALUES = 32
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
 # slot, always empty, had cost registers and predicated instructions). In turns on the H200
@@ -309,6 +319,8 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
     early = (itemsize == 4 and full and cols >= 256) or \
             (itemsize == 2 and full and per_thread == LANE_VALUES and group < 32 and cols >= 64)
+    if dtype == "float16" and full and group == 32 and per_thread == HALF_EARLY_LANE_VALUES:  # HALF_FOUR_PACKS
+        block, early = LANE_GROUP_BLOCK, True
     return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 

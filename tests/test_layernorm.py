@@ -1,5 +1,7 @@
 """LayerNorm (chapter 5): machine code without a GPU; every path against float64 on the
 GPU, with the large-offset hazard, constant rows and fp16 near its limits."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -93,10 +95,12 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
     every register in two first (PRMT), and the cluster path took 92-96 registers where fp16
     takes 56-64: half the blocks an SM, 3.3 against 4.0 TB/s at 8192 x 16384."""
     for cols in (256, 1024, 2048, 4096, 8192, 16384, 65536, 131072):
-        half, bf16 = (variant_for(cols, dtype, 8) for dtype in ("float16", "bfloat16"))
-        assert half.name_expression.replace("__half", "__nv_bfloat16") == bf16.name_expression
+        half = variant_for(cols, "float16", 8)
+        bf16 = dataclasses.replace(half, dtype="bfloat16")  # the same shape in bf16
         registers = [v.compiled(arch="sm_90").resources(v.name_expression).registers for v in (half, bf16)]
         assert registers[1] <= registers[0] + 8, (bf16, registers)
+        # the dispatcher gives bf16 fp16's shape, but for fp16's four-pack lanes (HALF_FOUR_PACKS)
+        assert (variant_for(cols, "bfloat16", 8) == bf16) == (cols != 1024), cols
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(path="tree"), "path must be one of"),
@@ -137,7 +141,7 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(200, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 64, 32, 8)
     assert variant_for(640, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 40, 16)
     assert variant_for(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
-    assert variant_for(896, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)  # 56 a lane: no
+    assert variant_for(896, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 32, 32)  # 56 a lane: no
     assert variant_for(192, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16)  # fp32: as it was
     assert variant_for(8, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 1)  # one lane: none narrower
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
@@ -145,7 +149,13 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
     assert variant_for(768, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 24, 32)
     assert variant_for(520, "float32", 4).cols_per_thread == 20 and variant_for(513, "float16", 1).cols_per_thread == 17
-    assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 32, 32)
+    assert variant_for(1024, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 32, 32)
+    # fp16 lanes of four 16-byte packs in a whole warp: two-warp blocks, weight and bias early
+    # (HALF_FOUR_PACKS); not bf16, not three packs, not narrower packs
+    assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 32, early_affine=True)
+    assert variant_for(776, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 32, early_affine=True)
+    assert variant_for(768, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 32)
+    assert variant_for(1024, "float16", 4) == LayerNormVariant("warp", "float16", 4, 32, 32, 32)
     assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 64, 16, 1)
     assert variant_for(2048, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 32)  # past 1024 values
     for cols in (8193, 16384, 65536, 262144, 524288):
