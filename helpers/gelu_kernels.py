@@ -275,28 +275,44 @@ def measure_dispatcher(bench, n: int, dtype: str, *, check: bool = None):
     return bench.measure(**dispatcher_measurement(n, dtype, check=check))
 
 
+# Where the output lies in memory moves the time of a few-MiB GELU by as much as two good kernels
+# differ: gelu() writing four buffers in turn took 5.02-5.15 us at 1 MiB of fp32 (H200, 2026-11-26;
+# the chapter's placement table), and 5.46-5.62 us over six buffers on an H100. So the peers write
+# gelu()'s output, not one of their own.
+PEER_OUTPUT = "gelu()'s output"
+
+
+def _peer_setup(n: int, dtype: str, compiled: bool, output, check: bool):
+    """PyTorch's GELU from the input pool's x into ``output()``: eager through ``aten::gelu.out``,
+    compiled as ``out.copy_(gelu(x))``, which Inductor turns into one kernel that stores into out."""
+    torch = torch_module()
+    import torch.nn.functional as F
+    host, x, _ = inputs.get(n, dtype, random_input)
+    y = output()
+    t, out = torch_tensor(x), torch_tensor(y)
+    if compiled:
+        fn = torch_compiled_for_shape(("gelu into out", n, dtype),
+                                      lambda a, o: o.copy_(F.gelu(a, approximate="tanh")))
+    else:
+        def fn(a, o):
+            return torch.ops.aten.gelu.out(a, approximate="tanh", out=o)
+
+    def check_torch():
+        y.poison()
+        fn(t, out)
+        torch.cuda.synchronize()
+        return gelu_error(host, y.to_numpy(), "tanh")
+    return (lambda: fn(t, out)), (check_torch if check else None)
+
+
 def torch_measurement(n: int, dtype: str, *, compiled: bool = False, check: bool = None) -> dict:
     """``torch.nn.functional.gelu(x, approximate="tanh")``, eager or torch.compile'd for this
-    one size, on the very bytes our kernels read (the same input pool), into its own output."""
+    one size, on the very bytes our kernels read (the same input pool) and into the very
+    buffer gelu() writes (PEER_OUTPUT)."""
     check = n <= CHECK_UP_TO if check is None else check
-
-    def setup():
-        import torch.nn.functional as F
-        host, x, _ = inputs.get(n, dtype, random_input)
-        t = torch_tensor(x)
-
-        def fn(a):
-            return F.gelu(a, approximate="tanh")
-        if compiled:
-            fn = torch_compiled_for_shape(("gelu", n, dtype), fn)
-
-        def check_torch():
-            out = fn(t)
-            torch_module().cuda.synchronize()
-            return gelu_error(host, out.float().cpu().numpy().astype(np_dtype(dtype)), "tanh")
-        return (lambda: fn(t)), (check_torch if check else None)
     return dict(provider="torch.compile" if compiled else "torch", dtype=dtype, shape=[n],
-                config={"op": "gelu(approximate='tanh')"}, bytes=bytes_moved(n, dtype), setup=setup)
+                config={"op": "gelu(approximate='tanh')", "out": PEER_OUTPUT}, bytes=bytes_moved(n, dtype),
+                setup=lambda: _peer_setup(n, dtype, compiled, lambda: inputs.get(n, dtype, random_input)[2], check))
 
 
 def measure_torch_gelu(bench, n: int, dtype: str, *, compiled: bool = False, check: bool = None):
@@ -309,6 +325,35 @@ def measure_versus_torch(bench, n: int, dtype: str, *, check: bool = None) -> li
     return bench.measure_together([dispatcher_measurement(n, dtype, check=check),
                                    torch_measurement(n, dtype, check=check),
                                    torch_measurement(n, dtype, compiled=True, check=check)])
+
+
+_placed_outputs = {}
+
+
+def placement_measurements(n: int, dtype: str, places: int = 4) -> list:
+    """gelu() and PyTorch's kernel (``aten::gelu.out``) each writing ``places`` output buffers
+    that lie at different addresses (place 0 is the one every other measurement writes), on the
+    same input: to be timed in turns, [gelu() to place 0, PyTorch to place 0, gelu() to place 1, ...].
+    It shows how far where the output lies moves a few-MiB kernel (PEER_OUTPUT)."""
+    measurements = []
+    for place in range(places):
+        def output(place=place):
+            if place == 0:
+                return inputs.get(n, dtype, random_input)[2]
+            if (n, dtype, place) not in _placed_outputs:
+                _placed_outputs[(n, dtype, place)] = DeviceArray((n,), dtype)
+            return _placed_outputs[(n, dtype, place)]
+
+        def ours(output=output):
+            host, x, _ = inputs.get(n, dtype, random_input)
+            y, variant = output(), variant_for(n, dtype, full_pack(dtype))
+            return (lambda: variant.launch(x, y)), (lambda: check_gelu(variant, x, y, host))
+        def theirs(output=output):
+            return _peer_setup(n, dtype, False, output, True)
+        for provider, setup in (("gelu()", ours), ("torch", theirs)):
+            measurements.append(dict(provider=provider, dtype=dtype, shape=[n], config={"output_place": place},
+                                     bytes=bytes_moved(n, dtype), setup=setup))
+    return measurements
 
 
 def sanitizer_cases():

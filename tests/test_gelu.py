@@ -223,3 +223,25 @@ def test_the_peers_read_our_very_bytes(gpu, dtype):
     t = torch_tensor(x)
     assert t.data_ptr() == x.ptr and str(t.dtype) == f"torch.{dtype}"
     assert np.array_equal(t.float().cpu().numpy(), host.astype(np.float32))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "torch.compile"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_peers_write_the_buffer_gelu_writes_in_one_kernel(gpu, dtype, compiled):
+    """Where the output lies moves a few-MiB GELU's time, so the peers write gelu()'s own output
+    buffer (the input pool's), poisoned here first; torch.compile's out.copy_(gelu(x)) must stay
+    one kernel, or the peer would be charged a copy it never makes on its own."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    from helpers.gelu_kernels import inputs, torch_measurement
+    n = (1 << 18) + 3
+    host, _, y = inputs.get(n, dtype, random_input)
+    run, _ = torch_measurement(n, dtype, compiled=compiled)["setup"]()
+    run()  # compiles, the first time
+    y.poison()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert len(kernels) == 1, kernels
+    assert gelu_error(host, y.to_numpy(), "tanh") <= 2 * TOLERANCE[(dtype, "tanh")]
