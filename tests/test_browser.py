@@ -172,6 +172,23 @@ def test_chapters_show_their_figures_and_the_recorded_gpu(browser, site):
             assert f"measured on {data['device']} on {data['recorded']}" in text
 
 
+def test_the_tables_chapters_print_render_as_tables(browser, site):
+    # The results tables are Markdown that the cells display; rendered as CommonMark (myst-nb's
+    # default) they came out as lines of pipes, in every chapter, until nb_render_markdown_format.
+    from selenium.webdriver.common.by import By
+    for recording in sorted(DATA.glob("*.json")):
+        chapter = recording.stem
+        notebook = json.loads((ROOT / "book" / f"{chapter}.ipynb").read_text())
+        printed = sum("".join(o.get("data", {}).get("text/markdown", "")).count("\n|---")
+                      for cell in notebook["cells"] if cell["cell_type"] == "code" for o in cell.get("outputs", []))
+        with screenshot_on_failure(browser, f"tables-{chapter}"):
+            open_page(browser, f"{site}book/{chapter}.html")
+            tables = browser.find_elements(By.CSS_SELECTOR, "main .cell_output table")
+            raw = [p.text[:80] for p in browser.find_elements(By.CSS_SELECTOR, "main .cell_output p")
+                   if p.text.lstrip().startswith("|")]
+            assert printed > 0 and len(tables) >= printed and raw == [], (chapter, printed, len(tables), raw[:3])
+
+
 def test_internal_links_resolve(browser, site):
     from selenium.webdriver.common.by import By
     checked = set()
