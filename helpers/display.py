@@ -69,7 +69,8 @@ def plot_bandwidth(ax, series: dict, *, ceiling_gbs: float, label: str, x: str =
 
 def summary_table(rows: list, *, ceiling_gbs: float, names: list = None, reference=None) -> Markdown:
     """A Markdown table: µs (median, with the interquartile range), GB/s, % of
-    the copy ceiling, speed-up over ``reference`` and the error vs float64."""
+    the copy ceiling, speed-up over ``reference`` and the error vs float64. The config
+    column leaves out ``in_turns_with`` (which rows were timed together: the cell says so)."""
     lines = ["| step | config | µs (median) | IQR µs | GB/s | % of ceiling |"
              + (" speed-up |" if reference else "") + " rel. error |",
              "|---|---|---:|---:|---:|---:|" + ("---:|" if reference else "") + "---:|"]
@@ -77,7 +78,7 @@ def summary_table(rows: list, *, ceiling_gbs: float, names: list = None, referen
         if row is None:
             continue
         name = names[i] if names else row.provider
-        config = ", ".join(f"{k}={v}" for k, v in row.config.items()) or "–"
+        config = ", ".join(f"{k}={v}" for k, v in row.config.items() if k != "in_turns_with") or "–"
         iqr = f"{(row.ms_q3 - row.ms_q1) * 1e3:.1f}" if row.ms_q1 is not None else "–"
         err = "–" if row.rel_err is None else f"{row.rel_err:.1e}"
         speedup = f" {reference.ms / row.ms:.2f}× |" if reference else ""
