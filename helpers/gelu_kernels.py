@@ -282,13 +282,26 @@ def measure_dispatcher(bench, n: int, dtype: str, *, check: bool = None):
 PEER_OUTPUT = "gelu()'s output"
 
 
-def _peer_setup(n: int, dtype: str, compiled: bool, output, check: bool):
-    """PyTorch's GELU from the input pool's x into ``output()``: eager through ``aten::gelu.out``,
+_placed_outputs = {}
+
+
+def _output(n: int, dtype: str, place: int = 0) -> DeviceArray:
+    """The buffer a measurement writes: the input pool's output (place 0, which every
+    measurement but placement_measurements' writes) or another one, allocated once per place."""
+    if place == 0:
+        return inputs.get(n, dtype, random_input)[2]
+    if (n, dtype, place) not in _placed_outputs:
+        _placed_outputs[(n, dtype, place)] = DeviceArray((n,), dtype)
+    return _placed_outputs[(n, dtype, place)]
+
+
+def _peer_setup(n: int, dtype: str, compiled: bool, check: bool, place: int = 0):
+    """PyTorch's GELU from the input pool's x into _output(place): eager through ``aten::gelu.out``,
     compiled as ``out.copy_(gelu(x))``, which Inductor turns into one kernel that stores into out."""
     torch = torch_module()
     import torch.nn.functional as F
     host, x, _ = inputs.get(n, dtype, random_input)
-    y = output()
+    y = _output(n, dtype, place)
     t, out = torch_tensor(x), torch_tensor(y)
     if compiled:
         fn = torch_compiled_for_shape(("gelu into out", n, dtype),
@@ -312,7 +325,7 @@ def torch_measurement(n: int, dtype: str, *, compiled: bool = False, check: bool
     check = n <= CHECK_UP_TO if check is None else check
     return dict(provider="torch.compile" if compiled else "torch", dtype=dtype, shape=[n],
                 config={"op": "gelu(approximate='tanh')", "out": PEER_OUTPUT}, bytes=bytes_moved(n, dtype),
-                setup=lambda: _peer_setup(n, dtype, compiled, lambda: inputs.get(n, dtype, random_input)[2], check))
+                setup=lambda: _peer_setup(n, dtype, compiled, check))
 
 
 def measure_torch_gelu(bench, n: int, dtype: str, *, compiled: bool = False, check: bool = None):
@@ -327,33 +340,21 @@ def measure_versus_torch(bench, n: int, dtype: str, *, check: bool = None) -> li
                                    torch_measurement(n, dtype, compiled=True, check=check)])
 
 
-_placed_outputs = {}
-
-
 def placement_measurements(n: int, dtype: str, places: int = 4) -> list:
     """gelu() and PyTorch's kernel (``aten::gelu.out``) each writing ``places`` output buffers
     that lie at different addresses (place 0 is the one every other measurement writes), on the
     same input: to be timed in turns, [gelu() to place 0, PyTorch to place 0, gelu() to place 1, ...].
     It shows how far where the output lies moves a few-MiB kernel (PEER_OUTPUT)."""
-    measurements = []
-    for place in range(places):
-        def output(place=place):
-            if place == 0:
-                return inputs.get(n, dtype, random_input)[2]
-            if (n, dtype, place) not in _placed_outputs:
-                _placed_outputs[(n, dtype, place)] = DeviceArray((n,), dtype)
-            return _placed_outputs[(n, dtype, place)]
+    def ours(place):
+        host, x, _ = inputs.get(n, dtype, random_input)
+        y, variant = _output(n, dtype, place), variant_for(n, dtype, full_pack(dtype))
+        return (lambda: variant.launch(x, y)), (lambda: check_gelu(variant, x, y, host))
 
-        def ours(output=output):
-            host, x, _ = inputs.get(n, dtype, random_input)
-            y, variant = output(), variant_for(n, dtype, full_pack(dtype))
-            return (lambda: variant.launch(x, y)), (lambda: check_gelu(variant, x, y, host))
-        def theirs(output=output):
-            return _peer_setup(n, dtype, False, output, True)
-        for provider, setup in (("gelu()", ours), ("torch", theirs)):
-            measurements.append(dict(provider=provider, dtype=dtype, shape=[n], config={"output_place": place},
-                                     bytes=bytes_moved(n, dtype), setup=setup))
-    return measurements
+    def theirs(place):
+        return _peer_setup(n, dtype, False, True, place)
+    return [dict(provider=provider, dtype=dtype, shape=[n], config={"output_place": place},
+                 bytes=bytes_moved(n, dtype), setup=lambda setup=setup, place=place: setup(place))
+            for place in range(places) for provider, setup in (("gelu()", ours), ("torch", theirs))]
 
 
 def sanitizer_cases():
