@@ -26,13 +26,22 @@ PACKS_PER_THREAD = (1, 2, 4)
 # gelu() gives each thread the fewest packs that make its grid ONE WAVE: no more blocks
 # than the GPU holds at once (SMs x threads an SM holds / BLOCK threads), so no block waits
 # for another to finish. One pack while one wave covers the array (up to 4 MiB of input on
-# the H200 in blocks of 128 threads), two or four packs above that while they still do, at
+# the H200 in blocks of 128 threads; below half a wave, SMALL_ARRAY_VALUES values), two or four
+# packs above that while they still do, at
 # most MOST_VALUES_PER_THREAD values a thread (16-bit inputs: two packs; four hold 32 values
 # a thread and measured slowest, 0.89-0.98x PyTorch eager at 0.5-4 MiB); one pack when no count
 # gives one wave (past 16 MiB of fp32, 8 MiB of fp16), where many waves make the last one's
 # tail small. Measured on the H200 in rotated turns (2026-11-25): at 8-16 MiB, where one pack
 # per thread makes two to four waves, the count of one wave was 1-5% faster than one pack.
 MOST_VALUES_PER_THREAD = 16
+# SMALL_ARRAY_VALUES: below half a wave of one pack a thread, each thread takes 8 values (two 16-byte
+# packs of fp32, one of fp16 and bf16), as PyTorch's elementwise kernel does, so long as every SM still
+# gets a block. With 32-bit positions only: two packs of fp32 against one, best PyTorch kernel / ours,
+# median over four output buffers in rotated turns (H200, 2026-11-26, scratch): 1 MiB 1.005 against
+# 0.991 (64-bit: 0.986 against 0.988), 2 MiB 1.006 against 0.997 (0.995, 0.995); on an H100 the same
+# day 1.015 against 0.994 and 1.005 against 0.995, and at 4 MiB (a whole wave of one pack) 1.002
+# against 1.015. fp16 with two packs (16 values): 0.962-0.996 on the H200 at 0.5-2 MiB.
+SMALL_ARRAY_VALUES = 8
 THREADS_PER_SM = 2048  # sm_90; gelu()'s kernels use at most 32 registers, so threads are the limit
 # Without a GPU the dispatcher decides for the GPU the book was recorded on (the H200's 132
 # SMs and 60 MiB of L2), so that the configurations it names are the recorded ones.
@@ -43,6 +52,9 @@ RECORDED_L2_BYTES = 60 << 20
 # 32 MiB of input (from 8 MiB of fp32, 4 MiB of fp16); at 64 MiB 0.7-1.1% slower / 1.1-1.8% faster;
 # from 256 MiB up 1-2% slower in both; level within the noise below 4-8 MiB.
 EVICT_FIRST_UP_TO_L2S = 1
+# 32-bit positions in the packed kernel: every index it forms stays below n + 4096 (packs past the
+# last one a thread may test, the tail), so 2^30 values leave room to spare.
+INDEX32_MOST = 1 << 30
 
 # Largest allowed error, as max |y - reference| / max(1, |x|): GELU's output has
 # the size of its input, so this is a relative error for |x| > 1 and an absolute
@@ -74,6 +86,7 @@ class GeluVariant(ElementwiseVariant):
     math: str = "tanh"  # one of MATHS
     packs_per_thread: int = 1  # the packed kernel: packs each thread loads before computing
     evict_first: bool = False  # the packed kernel: load 16-byte packs read-once (step 7)
+    index_bits: int = 64  # the packed kernel: 32-bit positions (arrays of at most INDEX32_MOST values) or 64-bit
 
     SOURCE: ClassVar[str] = SOURCE
     KERNELS: ClassVar[tuple] = ("grid_stride", "packed")
@@ -89,6 +102,9 @@ class GeluVariant(ElementwiseVariant):
         if self.packs_per_thread not in PACKS_PER_THREAD or (self.packs_per_thread > 1 and not self.packed):
             raise InputError(f"packs_per_thread must be one of {PACKS_PER_THREAD} (and 1 for the grid-stride "
                              f"kernel), got {self.packs_per_thread}")
+        if self.index_bits not in (32, 64) or (self.index_bits == 32 and not self.packed):
+            raise InputError(f"index_bits must be 64, or 32 for the packed kernel, got {self.index_bits} "
+                             f"for the {self.kernel} kernel")
         if self.evict_first and not (self.packed and self.pack_size == full_pack(self.dtype)):
             raise InputError(f"evict_first loads 16-byte packs: it needs the packed kernel and pack_size "
                              f"{full_pack(self.dtype)} for {self.dtype}, got {self.kernel} with pack_size {self.pack_size}")
@@ -97,7 +113,7 @@ class GeluVariant(ElementwiseVariant):
     def name_expression(self) -> str:
         if self.kernel == "packed":
             return (f"gelu_packed<{self.c_type}, {self.pack_size}, {self.block_size}, {MATHS[self.math]}, "
-                    f"{self.packs_per_thread}, {str(self.evict_first).lower()}>")
+                    f"{self.packs_per_thread}, {str(self.evict_first).lower()}{', int' if self.index_bits == 32 else ''}>")
         return f"gelu_grid_stride<{self.c_type}, {MATHS[self.math]}>"
 
     @property
@@ -107,7 +123,15 @@ class GeluVariant(ElementwiseVariant):
             config["pack_size"] = self.pack_size
             config["packs_per_thread"] = self.packs_per_thread
             config["evict_first"] = self.evict_first
+            if self.index_bits == 32:
+                config["index_bits"] = 32
         return config
+
+    def launch(self, x: DeviceArray, y: DeviceArray):
+        if self.index_bits == 32 and x.size > INDEX32_MOST:
+            raise InputError(f"{self.name_expression} indexes with 32 bits: at most {INDEX32_MOST:,} elements "
+                             f"(2^30), got {x.size:,}; use index_bits=64")
+        super().launch(x, y)
 
     def grid(self, n: int, kernel) -> int:
         if self.kernel == "packed":
@@ -122,13 +146,19 @@ def packed_blocks(n: int, pack_size: int, block_size: int, packs_per_thread: int
 
 
 def packs_per_thread_for(n: int, pack_size: int, block_size: int, sm_count: int = None) -> int:
-    """gelu()'s packs per thread: the fewest (at most MOST_VALUES_PER_THREAD values) whose
-    grid is one wave of resident blocks; one when none is (or on the scalar path)."""
+    """gelu()'s packs per thread. A small array (one pack a thread fills at most half a wave):
+    SMALL_ARRAY_VALUES values a thread, while that still gives every SM a block. Otherwise the
+    fewest packs (at most MOST_VALUES_PER_THREAD values) whose grid is one wave of resident
+    blocks; one when none is (or on the scalar path)."""
     if pack_size == 1:
         return 1
     if sm_count is None:
         sm_count = device.gpu().sm_count if device.gpu_available() else RECORDED_SM_COUNT
     one_wave = sm_count * (THREADS_PER_SM // block_size)
+    fuller = max(1, SMALL_ARRAY_VALUES // pack_size)
+    if (fuller in PACKS_PER_THREAD and packed_blocks(n, pack_size, block_size, 1) <= one_wave // 2
+            and packed_blocks(n, pack_size, block_size, fuller) >= sm_count):
+        return fuller
     for per_thread in PACKS_PER_THREAD:
         if per_thread * pack_size > MOST_VALUES_PER_THREAD:
             break
@@ -147,11 +177,12 @@ def evict_first_for(n: int, dtype: str, pack_size: int, l2_bytes: int = None) ->
 
 def variant_for(n: int, dtype: str, pack_size: int, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:
     """The kernel gelu() runs for n elements whose pointers allow ``pack_size``, with
-    packs_per_thread_for's packs per thread and evict_first_for's load hint."""
+    packs_per_thread_for's packs per thread, evict_first_for's load hint, and 32-bit positions
+    up to INDEX32_MOST elements."""
     if math == "half2" and pack_size < 2:
         math = "tanh_approx"  # pairs need 4-byte alignment; the nearest scalar arithmetic
     return GeluVariant("packed", dtype, pack_size, block_size, math, packs_per_thread_for(n, pack_size, block_size),
-                       evict_first_for(n, dtype, pack_size))
+                       evict_first_for(n, dtype, pack_size), 32 if n <= INDEX32_MOST else 64)
 
 
 def gelu(x: DeviceArray, y: DeviceArray, *, math: str = "sigmoid", block_size: int = 128) -> GeluVariant:

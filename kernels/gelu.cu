@@ -99,18 +99,22 @@ __device__ __forceinline__ P load_read_once(const P* p) {
 // With Math == kHalf2 the pack is processed as pairs in half2 arithmetic (T must
 // be __half and PackSize even); otherwise each value is widened to float.
 // With EvictFirst the packs are loaded read-once (load_read_once, step 7).
+// Index is the type of the positions: long long for any n, int where the host
+// knows that n and every index stay below 2^31 (fewer instructions before the
+// first load; step 8 measures what that is worth).
 // Requires: x and y aligned to sizeof(Pack); the host falls back to the scalar
 // path (PackSize 1) for pointers that are not.
-template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst>
+template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst, typename Index = long long>
 __global__ void __launch_bounds__(BlockSize)
 gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
     using P = Pack<T, PackSize>;
-    const long long num_packs = n / PackSize;
-    const long long first = static_cast<long long>(blockIdx.x) * BlockSize * PacksPerThread + threadIdx.x;
+    const Index count = static_cast<Index>(n);
+    const Index num_packs = count / PackSize;
+    const Index first = static_cast<Index>(blockIdx.x) * (BlockSize * PacksPerThread) + static_cast<Index>(threadIdx.x);
     P packs[PacksPerThread];
 #pragma unroll
     for (int j = 0; j < PacksPerThread; ++j) {
-        const long long i = first + j * BlockSize;
+        const Index i = first + j * BlockSize;
         if (i < num_packs) {
             if constexpr (EvictFirst) packs[j] = load_read_once(reinterpret_cast<const P*>(x) + i);
             else packs[j] = reinterpret_cast<const P*>(x)[i];
@@ -118,21 +122,24 @@ gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
     }
 #pragma unroll
     for (int j = 0; j < PacksPerThread; ++j) {
-        const long long i = first + j * BlockSize;
-        if (i >= num_packs) break;
-        if constexpr (Math == kHalf2) {
-            static_assert(sizeof(T) == 2 && PackSize % 2 == 0, "half2 arithmetic needs pairs of halves");
-            __half2* pairs = reinterpret_cast<__half2*>(packs[j].values);
+        const Index i = first + j * BlockSize;
+        if (i < num_packs) {
+            if constexpr (Math == kHalf2) {
+                static_assert(sizeof(T) == 2 && PackSize % 2 == 0, "half2 arithmetic needs pairs of halves");
+                __half2* pairs = reinterpret_cast<__half2*>(packs[j].values);
 #pragma unroll
-            for (int k = 0; k < PackSize / 2; ++k) pairs[k] = gelu_half2(pairs[k]);
-        } else {
+                for (int k = 0; k < PackSize / 2; ++k) pairs[k] = gelu_half2(pairs[k]);
+            } else {
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) packs[j].values[k] = narrow<T>(gelu<Math>(widen(packs[j].values[k])));
+                for (int k = 0; k < PackSize; ++k) packs[j].values[k] = narrow<T>(gelu<Math>(widen(packs[j].values[k])));
+            }
+            reinterpret_cast<P*>(y)[i] = packs[j];
         }
-        reinterpret_cast<P*>(y)[i] = packs[j];
     }
     // The tail: fewer than PackSize elements past the last whole pack, one per
     // thread of the first block (computed in float whatever Math says).
-    const long long tail = num_packs * PackSize + static_cast<long long>(blockIdx.x) * BlockSize + threadIdx.x;
-    if (tail < n) y[tail] = narrow<T>(gelu<Math == kHalf2 ? kTanhApprox : Math>(widen(x[tail])));
+    if (blockIdx.x == 0) {
+        const Index tail = num_packs * PackSize + static_cast<Index>(threadIdx.x);
+        if (tail < count) y[tail] = narrow<T>(gelu<Math == kHalf2 ? kTanhApprox : Math>(widen(x[tail])));
+    }
 }

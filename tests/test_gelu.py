@@ -4,8 +4,8 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.gelu_kernels import (MATHS, MOST_VALUES_PER_THREAD, PACKS_PER_THREAD, TOLERANCE, GeluVariant, check_gelu,
-                                  evict_first_for, gelu, gelu_error, packs_per_thread_for, random_input, reference,
+from helpers.gelu_kernels import (INDEX32_MOST, MATHS, MOST_VALUES_PER_THREAD, PACKS_PER_THREAD, TOLERANCE, GeluVariant,
+                                  check_gelu, evict_first_for, gelu, gelu_error, packs_per_thread_for, random_input, reference,
                                   variant_for)
 from helpers.operands import full_pack
 
@@ -18,7 +18,10 @@ ALL = ([GeluVariant("grid_stride", d, 1, 256, m) for d in ("float32", "float16",
           for t in (2, 4)]
        + [GeluVariant("packed", "float16", p, b, "half2", t) for p in (2, 4, 8) for b in (128, 256) for t in (1, 2)]
        + [GeluVariant("packed", d, p, 128, m, t, True) for d, p in (("float32", 4), ("float16", 8), ("bfloat16", 8))
-          for m in ("sigmoid", "tanh") for t in (1, 2)])
+          for m in ("sigmoid", "tanh") for t in (1, 2)]
+       + [GeluVariant("packed", d, p, 128, "sigmoid", t, e, index_bits=32)
+          for d, p in (("float32", 4), ("float32", 2), ("float16", 8), ("bfloat16", 8)) for t in (1, 2, 4)
+          for e in ((False, True) if p == full_pack(d) else (False,))])
 
 
 def sass_ops(variant):
@@ -77,10 +80,18 @@ def test_the_library_loads_read_once_while_the_input_fits_in_l2():
 
 
 def test_the_library_makes_its_grid_one_wave_where_it_can():
-    """132 SMs x 16 blocks of 128 threads: 2112 blocks a wave, 4.125 MiB of input in 16-byte packs."""
+    """132 SMs x 16 blocks of 128 threads: 2112 blocks a wave, 4.125 MiB of input in 16-byte packs;
+    below half a wave, 8 values a thread while every SM still gets a block."""
+    sizes = (1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23)
     per_thread = {(dtype, n): variant_for(n, dtype, full_pack(dtype)).packs_per_thread
-                  for dtype in ("float32", "float16", "bfloat16") for n in (1 << 16, 1 << 20, 1 << 21, 1 << 22, 1 << 23)}
-    assert [per_thread["float32", n] for n in (1 << 16, 1 << 20, 1 << 21, 1 << 22, 1 << 23)] == [1, 1, 2, 4, 1]
+                  for dtype in ("float32", "float16", "bfloat16") for n in sizes}
+    assert [per_thread["float32", n] for n in sizes] == [1, 1, 2, 2, 1, 2, 4, 1]
+    assert [per_thread["float16", n] for n in sizes[:5]] == [1] * 5  # one 16-byte pack is 8 values already
+    assert packs_per_thread_for(1056 * 128 * 4, 4, 128, sm_count=132) == 2  # one pack: half a wave
+    assert packs_per_thread_for(1056 * 128 * 4 + 4, 4, 128, sm_count=132) == 1  # one block more
+    assert packs_per_thread_for((131 * 256 + 1) * 4, 4, 128, sm_count=132) == 2  # two packs: a block for every SM
+    assert packs_per_thread_for(131 * 256 * 4, 4, 128, sm_count=132) == 1  # one SM without
+    assert variant_for(1 << 18, "float32", 2).packs_per_thread == 4  # 8-byte packs (an offset view): four of them
     assert [per_thread["float16", n] for n in (1 << 16, 1 << 21, 1 << 22, 1 << 23)] == [1, 1, 2, 1]  # at most 16 values
     assert per_thread["bfloat16", 1 << 22] == 2
     for n in (1 << 18, 1 << 21, 1 << 22, 5 << 20, (1 << 22) + 4):
@@ -99,14 +110,29 @@ def test_the_library_makes_its_grid_one_wave_where_it_can():
     assert variant_for(1 << 20, "float16", 1, "half2").math == "tanh_approx"
 
 
+def test_the_library_indexes_with_32_bits_up_to_2_to_the_30_elements():
+    assert variant_for(INDEX32_MOST, "float32", 4).index_bits == 32 and variant_for(INDEX32_MOST + 1, "float16", 8).index_bits == 64
+    v32 = GeluVariant("packed", "float32", 4, 128, "sigmoid", 2, index_bits=32)
+    assert v32.name_expression.endswith(", int>") and v32.config["index_bits"] == 32
+    assert "index_bits" not in GeluVariant("packed", "float32", 4).config  # the recorded configs of 64-bit kernels
+    too_long = type("Array", (), {"size": INDEX32_MOST + 1})()
+    with pytest.raises(helpers.InputError, match="indexes with 32 bits: at most 1,073,741,824 elements"):
+        v32.launch(too_long, too_long)  # refused before anything reaches the GPU
+    # fewer instructions, the same loads and stores
+    ops64, ops32 = sass_ops(GeluVariant("packed", "float32", 4, 128, "sigmoid", 2)), sass_ops(v32)
+    assert sum(ops32.values()) < sum(ops64.values()), (sum(ops32.values()), sum(ops64.values()))
+    assert ops32["LDG.E.128.CONSTANT"] == ops64["LDG.E.128.CONSTANT"] == 2 and ops32["STG.E.128"] == 2
+
+
 def test_the_kernels_the_library_picks_allow_a_full_sm_of_threads():
     """THREADS_PER_SM // 128 blocks fit an SM only at 32 registers a thread or fewer."""
     for dtype in ("float32", "float16", "bfloat16"):
         for per_thread in PACKS_PER_THREAD:
             if per_thread * full_pack(dtype) <= MOST_VALUES_PER_THREAD:
                 for evict_first in (False, True):
-                    v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread, evict_first)
-                    assert v.compiled().resources(v.name_expression).registers <= 32, v
+                    for bits in (32, 64):
+                        v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread, evict_first, bits)
+                        assert v.compiled().resources(v.name_expression).registers <= 32, v
 
 
 def test_no_variant_spills():
@@ -125,6 +151,8 @@ def test_no_variant_spills():
     (dict(block_size=100), "multiple of 32"),
     (dict(dtype="float32", pack_size=2, evict_first=True), "evict_first loads 16-byte packs"),
     (dict(kernel="grid_stride", pack_size=1, evict_first=True), "evict_first loads 16-byte packs"),
+    (dict(index_bits=16), "index_bits must be 64, or 32"),
+    (dict(kernel="grid_stride", pack_size=1, index_bits=32), "32 for the packed kernel"),
 ])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
