@@ -27,12 +27,12 @@ PACKS_PER_THREAD = (1, 2, 4)
 # than the GPU holds at once (SMs x threads an SM holds / BLOCK threads), so no block waits
 # for another to finish. One pack while one wave covers the array (up to 4 MiB of input on
 # the H200 in blocks of 128 threads; below half a wave, SMALL_ARRAY_VALUES values), two or four
-# packs above that while they still do, at
-# most MOST_VALUES_PER_THREAD values a thread (16-bit inputs: two packs; four hold 32 values
-# a thread and measured slowest, 0.89-0.98x PyTorch eager at 0.5-4 MiB); one pack when no count
-# gives one wave (past 16 MiB of fp32, 8 MiB of fp16), where many waves make the last one's
-# tail small. Measured on the H200 in rotated turns (2026-11-25): at 8-16 MiB, where one pack
-# per thread makes two to four waves, the count of one wave was 1-5% faster than one pack.
+# packs above that while they still do, at most MOST_VALUES_PER_THREAD values a thread (16-bit
+# inputs: two packs; four hold 32 values a thread and measured slowest, 0.89-0.98x PyTorch eager
+# at 0.5-4 MiB); one pack when no count gives one wave (past 16 MiB of fp32, 8 MiB of fp16),
+# where many waves make the last one's tail small. Measured on the H200 in rotated turns
+# (2026-11-25): at 8-16 MiB, where one pack per thread makes two to four waves, the count of one
+# wave was 1-5% faster than one pack.
 MOST_VALUES_PER_THREAD = 16
 # SMALL_ARRAY_VALUES: below half a wave of one pack a thread, each thread takes 8 values (two 16-byte
 # packs of fp32, one of fp16 and bf16), as PyTorch's elementwise kernel does, so long as every SM still
