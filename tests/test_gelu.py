@@ -86,13 +86,13 @@ def test_the_library_makes_its_grid_one_wave_where_it_can():
     per_thread = {(dtype, n): variant_for(n, dtype, full_pack(dtype)).packs_per_thread
                   for dtype in ("float32", "float16", "bfloat16") for n in sizes}
     assert [per_thread["float32", n] for n in sizes] == [1, 1, 2, 2, 1, 2, 4, 1]
-    assert [per_thread["float16", n] for n in sizes[:5]] == [1] * 5  # one 16-byte pack is 8 values already
+    # one 16-byte pack is 8 values already; at most 16 values a thread
+    assert [per_thread["float16", n] for n in sizes] == [1, 1, 1, 1, 1, 1, 2, 1]
     assert packs_per_thread_for(1056 * 128 * 4, 4, 128, sm_count=132) == 2  # one pack: half a wave
     assert packs_per_thread_for(1056 * 128 * 4 + 4, 4, 128, sm_count=132) == 1  # one block more
     assert packs_per_thread_for((131 * 256 + 1) * 4, 4, 128, sm_count=132) == 2  # two packs: a block for every SM
     assert packs_per_thread_for(131 * 256 * 4, 4, 128, sm_count=132) == 1  # one SM without
     assert variant_for(1 << 18, "float32", 2).packs_per_thread == 4  # 8-byte packs (an offset view): four of them
-    assert [per_thread["float16", n] for n in (1 << 16, 1 << 21, 1 << 22, 1 << 23)] == [1, 1, 2, 1]  # at most 16 values
     assert per_thread["bfloat16", 1 << 22] == 2
     for n in (1 << 18, 1 << 21, 1 << 22, 5 << 20, (1 << 22) + 4):
         v = variant_for(n, "float32", 4)
