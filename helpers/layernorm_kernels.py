@@ -1,6 +1,7 @@
 """Chapter 5's LayerNorm kernels (kernels/layernorm.cu), host side: the unfused
 three kernels, the fused block per row (sum and sum of squares, or Welford/Chan
-states), the row in registers of a lane group (short rows) or of a block or
+states), the row in registers of a lane group (short rows), of a whole warp holding
+four rows a pack a lane (16-bit rows of 184 to 248 values), or of a block or
 thread-block cluster (long rows), the row read twice with cache hints (streamed),
 the dispatcher, and the measurements of chapter 5.
 
@@ -26,11 +27,12 @@ from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
-PATHS = ("unfused", "block_fused", "warp", "cluster", "streamed")
+PATHS = ("unfused", "block_fused", "warp", "warp_rows", "cluster", "streamed")
 SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
 CLUSTER_SIZES = (1, 2, 4, 8, 16)
+WARP_ROWS_PER_WARP = 4  # layernorm_warp_rows: the rows side by side in a warp (its block)
 UNFUSED_BLOCK = 256
 EPS = 1e-5  # torch.nn.functional.layer_norm's default
 
@@ -82,6 +84,11 @@ class LayerNormVariant:
                              f"{full_pack(self.dtype)} for {self.dtype}, got {self.pack_size}")
         if self.path == "unfused" and self.pack_size != 1:
             raise InputError("the unfused kernels load one element at a time: pack_size must be 1")
+        if self.path == "warp_rows" and (np_dtype(self.dtype).itemsize != 2 or self.pack_size != 8 or
+                                         self.block_size != 32):
+            raise InputError("warp_rows holds 16-bit rows (float16, bfloat16) in 16-byte packs (pack_size 8), "
+                             f"four rows to a one-warp block (block_size 32); got {self.dtype}, pack_size "
+                             f"{self.pack_size}, block_size {self.block_size}")
 
     @property
     def name(self) -> str:
@@ -102,6 +109,8 @@ class LayerNormVariant:
         early = str(self.early_affine).lower()
         if self.path == "warp":
             return [f"layernorm_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, {b}, {early}>"]
+        if self.path == "warp_rows":
+            return [f"layernorm_warp_rows<{t}>"]
         return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}>"]
 
     @property
@@ -132,6 +141,8 @@ class LayerNormVariant:
         """The longest row this variant takes (None: any)."""
         if self.path == "warp":
             return self.cols_per_thread * self.group_width
+        if self.path == "warp_rows":
+            return 32 * self.pack_size  # a pack a lane
         if self.path == "cluster":
             return self.cols_per_thread * self.block_size * self.cluster_size
         if self.path == "streamed":
@@ -151,6 +162,8 @@ class LayerNormVariant:
     def grid(self, rows: int) -> int:
         if self.path == "warp":
             return max(1, -(-rows // (self.block_size // self.group_width)))
+        if self.path == "warp_rows":
+            return max(1, -(-rows // WARP_ROWS_PER_WARP))
         if self.path == "cluster":
             return rows * self.cluster_size
         return rows  # block_fused, streamed: a block per row
@@ -181,6 +194,13 @@ class LayerNormVariant:
         if self.max_cols() is not None and cols > self.max_cols():
             raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
                              f"use more cols_per_thread, a larger block or cluster, or another path")
+        if self.path == "warp_rows":
+            if mean is not None or rstd is not None:
+                raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 6%): use a lane-group "
+                                 "variant; layer_norm() picks one when they are wanted")
+            if not warp_rows_offsets_fit(rows, cols):
+                raise InputError(f"{self.name_expression} computes offsets in 32 bits: (rows + 3) * cols / 8 must be "
+                                 f"below 2^31, got rows={rows}, cols={cols}")
         if rows == 0 or cols == 0:
             return
         if self.path == "unfused":
@@ -298,6 +318,24 @@ HALF_EARLY_LANE_VALUES = 32
 # 4017 -> 4169 (4202).
 
 
+# WARP_ROWS: 16-bit rows of 23 to 31 16-byte packs (184 to 248 values) take torch.compile's
+# layout (layernorm_warp_rows: a pack a lane of a whole warp, four rows side by side), where the
+# lane groups leave slots empty (200 values: 25 packs in 16 lanes of two) or, at 192, fill 8
+# lanes of three. In the chapter's recording (H200, 2026-11-26, 256 MiB, in turns with
+# torch.compile, GB/s, lane groups -> warp_rows): fp16 192 4,061 -> 4,089, 200 3,894 -> 4,059, 232
+# 3,925 -> 4,052; bf16 192 4,071 -> 4,077, 200 3,883 -> 4,061, 232 3,951 -> 4,051. A scratch run of
+# an earlier form of the kernel had it level or ahead at 184, 208, 216, 224, 240 and 248 too (0-3.9%).
+# Not at 176 (fp16 4,061 -> 3,993, bf16 4,065 -> 3,905) nor 256 (4,118 -> 4,098; 4,127 -> 4,094),
+# nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
+# would not reach.
+WARP_ROWS_PACKS = (23, 31)
+
+
+def warp_rows_offsets_fit(rows: int, cols: int) -> bool:
+    """layernorm_warp_rows computes pack offsets in 32 bits, up to those of its last block's rows."""
+    return (int(rows) + WARP_ROWS_PER_WARP - 1) * (int(cols) // 8) < 2 ** 31
+
+
 def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
     """variant_for's rule for rows of up to WARP_MAX_COLS values: a lane group per row."""
     itemsize = np_dtype(dtype).itemsize
@@ -324,7 +362,8 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
     return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 
-def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> LayerNormVariant:
+def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, statistics: bool = False,
+                rows: int = 0) -> LayerNormVariant:
     """The dispatcher's rule. Rows of up to 1024 values: a lane group per row, the row in
     registers (lane_group_variant): each lane holds at least LANE_VALUES values and a whole
     pack, in a group just wide enough for the row (a whole warp: each lane as many packs as
@@ -339,8 +378,14 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True) -> L
     torch.compile's kernel does; ``streamed=False`` gives the register path there instead
     (the chapter compares the two). Rows of odd length (pack 1) past 1024 values: a block,
     or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
-    or 2^17 (fp32); longer, the fused block."""
+    or 2^17 (fp32); longer, the fused block. 16-bit rows of 184 to 248 values in 16-byte
+    packs go to a whole warp per row, four rows a warp (WARP_ROWS), unless their mean and rstd
+    are wanted (``statistics``) or ``rows`` of them would overflow its 32-bit offsets."""
     itemsize = np_dtype(dtype).itemsize
+    low, high = WARP_ROWS_PACKS
+    if itemsize == 2 and pack == 8 and cols % 8 == 0 and low <= cols // 8 <= high and not statistics \
+            and warp_rows_offsets_fit(rows, cols):
+        return LayerNormVariant("warp_rows", dtype, 8, 32)
     if cols <= WARP_MAX_COLS:
         return lane_group_variant(cols, dtype, pack)
     if pack == 1:
@@ -366,7 +411,8 @@ def layer_norm(x: DeviceArray, weight: DeviceArray, bias: DeviceArray, y: Device
     if len(x.shape) != 2:
         raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
     rows, cols = x.shape
-    variant = variant_for(cols, str(x.dtype), widest_pack(x, y, weight, bias, divides=cols))
+    variant = variant_for(cols, str(x.dtype), widest_pack(x, y, weight, bias, divides=cols),
+                          statistics=mean is not None or rstd is not None, rows=rows)
     variant.launch(x, weight, bias, y, eps=eps, mean=mean, rstd=rstd)
     return variant
 
@@ -454,7 +500,7 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
 
 def dispatcher_measurement(rows: int, cols: int, dtype: str) -> dict:
     """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
-    return layer_norm_measurement(variant_for(cols, dtype, widest_pack_for(cols, dtype)), rows, cols,
+    return layer_norm_measurement(variant_for(cols, dtype, widest_pack_for(cols, dtype), rows=rows), rows, cols,
                                   provider="layer_norm()")
 
 
@@ -539,6 +585,8 @@ def sanitizer_cases():
     cases += [case(LayerNormVariant("unfused", d, 1, 256), (5, 77), True) for d in ("float32", "bfloat16")]
     cases += [case(LayerNormVariant(p, "float16", 8, 64, 32, 4, cluster_size=2, early_affine=True), shape, True)
               for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]
+    cases += [case(LayerNormVariant("warp_rows", d, 8, 32), shape) for d in ("float16", "bfloat16")
+              for shape in ((1, 8), (5, 200), (7, 256), (4097, 192))]
     cases += [dispatched(d, shape) for d in C_TYPES
               for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (7, 64), (5, 200), (5, 504), (3, 768), (3, 1024),
                             (2, 4097), (2, 100000), (1, 600000))]

@@ -390,6 +390,155 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     }
 }
 
+// Value `half` (0: the low one) of a 32-bit word holding two 16-bit values, as a float.
+template <typename T> __device__ __forceinline__ float widen_half_of(unsigned word, int half);
+template <> __device__ __forceinline__ float widen_half_of<__half>(unsigned word, int half) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(half ? word >> 16 : word & 0xffffu)));
+}
+template <> __device__ __forceinline__ float widen_half_of<__nv_bfloat16>(unsigned word, int half) {
+    return __uint_as_float(half ? word & 0xffff0000u : word << 16);  // the top half of a float
+}
+
+// A 16-byte pack loaded with L1::evict_last: weight and bias, read by every warp of the SM.
+template <typename P>
+__device__ __forceinline__ P load_kept_in_l1(const P* src) {
+    static_assert(sizeof(P) == 16, "16-byte packs");
+    unsigned w[4];
+    asm("ld.global.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    P pack;
+    memcpy(&pack, w, 16);
+    return pack;
+}
+
+// Four 16-byte stores, each made only where wanted, as ONE asm block: the compiler then
+// computes all four packs first and issues the stores together, as torch.compile's
+// kernel does. Written as `if (wanted[r]) *dst = out[r]`, it moved each pack's arithmetic
+// into the branch around its store and spread the stores through the arithmetic, and
+// layernorm_warp_rows ran 4.6-5.3% slower (H200, scratch, 2026-11-26, 16-bit rows of 192).
+template <typename P>
+__device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P (&out)[4], const bool (&wanted)[4]) {
+    static_assert(sizeof(P) == 16, "16-byte packs");
+    unsigned w[4][4];
+    memcpy(w, out, 64);
+    asm volatile("{\n\t.reg .pred p0, p1, p2, p3;\n\t"
+                 "setp.ne.u32 p0, %20, 0;\n\tsetp.ne.u32 p1, %21, 0;\n\t"
+                 "setp.ne.u32 p2, %22, 0;\n\tsetp.ne.u32 p3, %23, 0;\n\t"
+                 "@p0 st.global.v4.b32 [%0], {%4, %5, %6, %7};\n\t"
+                 "@p1 st.global.v4.b32 [%1], {%8, %9, %10, %11};\n\t"
+                 "@p2 st.global.v4.b32 [%2], {%12, %13, %14, %15};\n\t"
+                 "@p3 st.global.v4.b32 [%3], {%16, %17, %18, %19};\n\t}"
+                 ::"l"(dst), "l"(dst + stride), "l"(dst + 2 * stride), "l"(dst + 3 * stride),
+                   "r"(w[0][0]), "r"(w[0][1]), "r"(w[0][2]), "r"(w[0][3]), "r"(w[1][0]), "r"(w[1][1]), "r"(w[1][2]),
+                   "r"(w[1][3]), "r"(w[2][0]), "r"(w[2][1]), "r"(w[2][2]), "r"(w[2][3]), "r"(w[3][0]), "r"(w[3][1]),
+                   "r"(w[3][2]), "r"(w[3][3]), "r"(static_cast<unsigned>(wanted[0])),
+                   "r"(static_cast<unsigned>(wanted[1])), "r"(static_cast<unsigned>(wanted[2])),
+                   "r"(static_cast<unsigned>(wanted[3]))
+                 : "memory");
+}
+
+// Step 4, 16-bit rows of 23 to 31 packs (184 to 248 values; helpers/layernorm_kernels.py's
+// WARP_ROWS), laid out as torch.compile's generated kernel lays them out: a whole warp per
+// row, lane l holding the row's 16-byte pack l (lanes past the row idle), four rows side by
+// side in each warp (a block), their whole-warp shuffles independent, so they overlap. The
+// lane groups hold such a row in 8 lanes of three packs (192 values), or leave slots empty
+// (25 packs in 16 lanes of two); here each lane holds one pack of each of four rows.
+// From that kernel's program, each measured against it (H200, scratch, 2026-11-26, rotated
+// turns, 16-bit rows of 192): the row kept as loaded, in 32-bit words, each value widened
+// from its word (halves held in a pack that starts at zero were first moved into registers
+// of their own, 64 PRMTs, 1.2% slower); offsets in 32 bits (the host keeps (rows + 3) *
+// cols / 8 below 2^31; in 64 bits the compiler ordered the work otherwise, 0.5-2% slower);
+// weight and bias loaded once the first sums are issued, one pack a lane for all four
+// rows, kept in L1; every row's output computed before any is stored. Of ours: x through
+// the read-only path (ld.global.nc: 0.1-0.5% faster than its plain ld.global), rstd by the
+// approximate rsqrt with no denormal path (m2 / cols + eps >= eps), and the mean's rounding.
+// The mean's rounding: mean0 = sum * (1 / cols) is off by an ulp or so of the mean, which
+// x - mean0 keeps; where the row is nearly constant (16-bit values at a large offset: at
+// 10^4 most of N(0, 1) rounds to one fp16 value), rstd is large and multiplies it. Without
+// a fix, this kernel's outputs on such rows were 0.13-0.22 of their scale off (fp16 and bf16
+// rows of 184 to 248 values at 10^4 + N(0, 1), H200, 2026-11-26). The lane groups take
+// x[row][0] off every value first; here that shift cost a shuffle from lane 0 that waits on
+// the row (0.8-2.2%) or a load by every lane (1.6-4.5%). Instead the rounding is computed:
+// sum - mean0 * cols is exact in one fma (the sum of 16-bit values at a large offset is
+// itself exact: they share their low bits), so c = (sum - mean0 * cols) / cols, the variance
+// is m2 / cols - c², and the output (x - mean0) * rstd - c * rstd: an FFMA where the
+// uncorrected output has an FMUL. Subtracting c from every value instead cost 0.6-1.9%.
+// No statistics: written from here they cost 4-6% in the forms we tried (the dispatcher gives
+// rows whose mean and rstd are wanted to the lane groups), so the host refuses their pointers.
+template <typename T>
+__global__ void __launch_bounds__(32)
+layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                    T* __restrict__ y, float* __restrict__, float* __restrict__, long long rows, long long cols,
+                    float eps) {
+    static_assert(sizeof(T) == 2, "16-bit values");
+    constexpr int kRows = 4, kPack = 8;  // a warp's rows (torch.compile's XBLOCK), values a pack
+    using P = Pack<T, kPack>;
+    const int lane = threadIdx.x % 32;  // one warp a block; % 32: the form measured (without, the SASS differs)
+    const int row_packs = static_cast<int>(cols) / kPack;
+    const int first = blockIdx.x * kRows;
+    const bool lane_in = lane < row_packs;
+    const uint4* in = reinterpret_cast<const uint4*>(x) + first * row_packs + lane;
+    // A lane past the row, or a row past the last, holds zeros: they add nothing to the sums.
+    unsigned words[kRows][4];
+    bool stored[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        stored[r] = lane_in && first + r < static_cast<int>(rows);
+        words[r][0] = words[r][1] = words[r][2] = words[r][3] = 0u;
+        if (stored[r]) {
+            const uint4 pack = in[r * row_packs];
+            words[r][0] = pack.x, words[r][1] = pack.y, words[r][2] = pack.z, words[r][3] = pack.w;
+        }
+    }
+    const float inv_cols = __fdividef(1.0f, static_cast<float>(cols));
+    float v[kRows][kPack], sum[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        sum[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+            v[r][k] = widen_half_of<T>(words[r][k / 2], k % 2);
+            sum[r] += v[r][k];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sum[r] = warp_reduce<Sum>(sum[r]);
+    P scale, offset;  // weight and bias, once the sums are under way
+    if (lane_in) {
+        scale = load_kept_in_l1(reinterpret_cast<const P*>(weight) + lane);
+        offset = load_kept_in_l1(reinterpret_cast<const P*>(bias) + lane);
+    }
+    float m2[kRows], correction[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float mean0 = sum[r] * inv_cols;
+        correction[r] = fmaf(-mean0, static_cast<float>(cols), sum[r]) * inv_cols;  // the mean's rounding
+        m2[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+            v[r][k] -= mean0;
+            m2[r] += v[r][k] * v[r][k];
+        }
+        m2[r] = lane_in ? m2[r] : 0.0f;  // an idle lane's zeros, less the mean, are not zero
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) m2[r] = warp_reduce<Sum>(m2[r]);
+    float rstd[kRows], shift[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float variance = fmaf(m2[r], inv_cols, eps) - correction[r] * correction[r];  // eps included
+        asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(rstd[r]) : "f"(variance));
+        shift[r] = -correction[r] * rstd[r];
+    }
+    P out[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int k = 0; k < kPack; ++k)
+            out[r].values[k] = narrow<T>(fmaf(v[r][k], rstd[r], shift[r]) * widen_at(scale, k) + widen_at(offset, k));
+    store_four_packs_if(reinterpret_cast<P*>(y) + first * row_packs + lane, row_packs, out, stored);
+}
+
 // Step 4, long rows: the row in the registers of a block, or of a cluster of
 // ClusterSize blocks (block `rank` holds columns [rank * slice, (rank + 1) *
 // slice), slice = BlockSize * ColsPerThread), as in softmax's cluster kernel.

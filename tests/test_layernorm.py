@@ -7,8 +7,9 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, LayerNormVariant, bytes_moved, layer_norm,
-                                       max_error, measure_dispatcher, offset_error, reference, variant_for)
+from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, LayerNormVariant, bytes_moved, lane_group_variant,
+                                       layer_norm, max_error, measure_dispatcher, offset_error, reference, variant_for,
+                                       warp_rows_offsets_fit)
 from helpers.operands import np_dtype, widest_pack_for
 
 
@@ -34,6 +35,27 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
     fused = LayerNormVariant("block_fused", "float16", 8, 256)
     ops = _opcodes(fused)
     assert ops["LDG.E.128.CONSTANT"] >= 4 and ops["STG.E.128"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
+
+
+def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst():
+    """layernorm_warp_rows: a 16-byte load a row from the read-only path, weight and bias kept
+    in L1, no load value by value (no shift), the four rows' whole-warp shuffles (two sums of
+    five levels each), the four stores together after the last rsqrt, registers for 32 warps
+    an SM, nothing in local memory."""
+    for dtype in ("float16", "bfloat16"):
+        v = LayerNormVariant("warp_rows", dtype, 8, 32)
+        compiled = v.compiled(arch="sm_90")
+        sass = compiled.sass(v.name_expression)
+        ops = helpers.opcodes(sass)
+        assert ops["LDG.E.128.CONSTANT"] == 4 and ops["LDG.E.EL.128"] == 2 and ops["STG.E.128"] == 4, ops
+        assert sum(n for op, n in ops.items() if op.startswith(("LDG", "STG"))) == 10, ops
+        assert ops["SHFL.BFLY"] == 2 * 4 * 5 and ops["MUFU.RSQ"] == 4 and "BAR.SYNC.DEFER_BLOCKING" not in ops, ops
+        lines = [line for line in sass.splitlines() if line.strip()]
+        stores = [i for i, line in enumerate(lines) if "STG" in line]
+        last_rsqrt = max(i for i, line in enumerate(lines) if "MUFU.RSQ" in line)
+        assert min(stores) > last_rsqrt and not any("BSSY" in line for line in lines), (stores, last_rsqrt)
+        resources = compiled.resources(v.name_expression)
+        assert resources.registers <= 64 and not resources.uses_local_memory, resources
 
 
 def test_fp32_rows_of_a_power_of_two_length_move_pairs_of_floats():
@@ -113,7 +135,9 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                               (dict(path="unfused"), "pack_size must be 1"),
                                               (dict(block_size=100), "multiple of 32"),
                                               (dict(path="streamed", pack_size=2), "16-byte packs"),
-                                              (dict(cache_hints=False), "choice of the streamed path")])
+                                              (dict(cache_hints=False), "choice of the streamed path"),
+                                              (dict(path="warp_rows", pack_size=4, block_size=32), "16-bit rows"),
+                                              (dict(path="warp_rows", dtype="float16", pack_size=8), "block_size 32")])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         LayerNormVariant(**kwargs)
@@ -137,13 +161,24 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(64, "bfloat16", 8).early_affine and not variant_for(512, "float16", 8).early_affine
     # 16-bit rows that leave an eighth of the group's slots empty or more: a group half as wide,
     # each lane the packs it needs; one warp a block where that fills the group (PART_FILLED)
-    assert variant_for(192, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 8)
-    assert variant_for(200, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 64, 32, 8)
+    assert lane_group_variant(192, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 8)
+    assert lane_group_variant(200, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 64, 32, 8)
     assert variant_for(640, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 40, 16)
     assert variant_for(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
     assert variant_for(896, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 32, 32)  # 56 a lane: no
     assert variant_for(192, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16)  # fp32: as it was
     assert variant_for(8, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 1)  # one lane: none narrower
+    # 16-bit rows of 23 to 31 16-byte packs: a whole warp a row, four rows a warp (WARP_ROWS); not
+    # where mean and rstd are wanted, nor past its 32-bit offsets, nor at 22 or 32 packs, nor in
+    # narrower packs or fp32
+    rows_path = LayerNormVariant("warp_rows", "float16", 8, 32)
+    assert variant_for(192, "float16", 8) == rows_path and variant_for(184, "float16", 8) == rows_path
+    assert variant_for(248, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32)
+    assert variant_for(192, "float16", 8, statistics=True) == lane_group_variant(192, "float16", 8)
+    assert variant_for(192, "float16", 8, rows=1 << 28) == lane_group_variant(192, "float16", 8)
+    for cols, dtype, pack in ((176, "float16", 8), (256, "bfloat16", 8), (192, "float16", 4), (192, "float32", 4)):
+        assert variant_for(cols, dtype, pack).path == "warp", (cols, dtype, pack)
+    assert warp_rows_offsets_fit(89_478_482, 192) and not warp_rows_offsets_fit(89_478_483, 192)  # (r + 3) * 24 < 2^31
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
@@ -257,6 +292,7 @@ VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("u
 VARIANTS += [LayerNormVariant("streamed", "float32", 4, 128, 16, cache_hints=h) for h in (True, False)]
 VARIANTS += [LayerNormVariant("streamed", "float32", 4, b, c) for b, c in ((256, 8), (512, 8), (512, 16))]
 VARIANTS += [LayerNormVariant("streamed", d, 8, 64, 32) for d in ("float16", "bfloat16")]
+VARIANTS += [LayerNormVariant("warp_rows", d, 8, 32) for d in ("float16", "bfloat16")]  # writes no statistics
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name_expression)
@@ -269,8 +305,12 @@ def test_every_path_against_float64_with_its_statistics(gpu, variant):
         host, weight, bias = _operands(rows, cols, variant.dtype, rng)
         one_pass = variant.path == "block_fused" and variant.statistics == "sum_squares"
         amplification = _sum_squares_amplification(host) if one_pass else 1.0
-        y, mean, rstd = _run(variant.launch, host, weight, bias, variant.dtype)
-        _check(host, weight, bias, variant.dtype, y, mean, rstd, amplification=amplification)
+        if variant.path == "warp_rows":
+            with pytest.raises(helpers.BookError, match="writes no mean or rstd"):
+                _run(variant.launch, host, weight, bias, variant.dtype)
+        else:
+            y, mean, rstd = _run(variant.launch, host, weight, bias, variant.dtype)
+            _check(host, weight, bias, variant.dtype, y, mean, rstd, amplification=amplification)
         y, _, _ = _run(variant.launch, host, weight, bias, variant.dtype, statistics=False)  # null statistics pointers
         _check(host, weight, bias, variant.dtype, y, amplification=amplification)
 
@@ -300,6 +340,25 @@ def test_the_large_offset_breaks_the_sum_of_squares_and_not_welford(gpu):
               LayerNormVariant("cluster", "float32", 4, 1024, 32, cluster_size=2)]:
         error = offset_error(v, cols=min(4096, v.max_cols()))
         assert error < 10 * TOLERANCE["float32"], (v, error)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
+    # 16-bit rows at 10^4 + N(0, 1) are nearly constant once rounded (fp16's ulp there is 8),
+    # so rstd is large and multiplies any error of the mean: mean0 = sum * (1 / cols) is off
+    # by an ulp or so, and without the correction such rows came out 0.13-0.22 of the
+    # outputs' scale off (H200, 2026-11-26). Constant rows too (rstd 1/sqrt(eps)), and 4099
+    # rows (the last warp holds three). Also through layer_norm() with statistics: the lane groups.
+    rng = np.random.default_rng()
+    for cols in (184, 192, 248):
+        for host in (1e4 + rng.standard_normal((4099, cols)), np.full((4099, cols), 1e4), np.full((4099, cols), -3.25),
+                     rng.standard_normal((4099, cols)) * 3.0 + 1.0):
+            host = host.astype(np_dtype(dtype))
+            _, weight, bias = _operands(4099, cols, dtype, rng)
+            y, _, _ = _run(LayerNormVariant("warp_rows", dtype, 8, 32).launch, host, weight, bias, dtype, statistics=False)
+            _check(host, weight, bias, dtype, y)
+            y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
+            _check(host, weight, bias, dtype, y, mean, rstd)
 
 
 def test_fp16_near_its_limits_and_tiny_spreads(gpu):
