@@ -196,7 +196,7 @@ class LayerNormVariant:
                              f"use more cols_per_thread, a larger block or cluster, or another path")
         if self.path == "warp_rows":
             if mean is not None or rstd is not None:
-                raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 6%): use a lane-group "
+                raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 4-6%): use a lane-group "
                                  "variant; layer_norm() picks one when they are wanted")
             if not warp_rows_offsets_fit(rows, cols):
                 raise InputError(f"{self.name_expression} computes offsets in 32 bits: (rows + 3) * cols / 8 must be "
