@@ -88,7 +88,7 @@ class Resources:
     shared_bytes: int  # static shared memory per block
     stack_bytes: int  # per thread
     local_bytes: int  # per thread: arrays indexed at run time, and spills
-    spill_store_bytes: int  # from ptxas' report (None when NVRTC did not pass it on)
+    spill_store_bytes: int  # from ptxas' report in NVRTC's log
     spill_load_bytes: int
 
     @property
@@ -121,16 +121,18 @@ class CompiledKernels:
                            f"{', '.join(self.mangled)}") from None
 
     def resources(self, name: str) -> Resources:
-        """Registers, shared and local memory (cuobjdump -res-usage) and spills (ptxas)."""
+        """Registers, shared and local memory (cuobjdump -res-usage) and spills (ptxas). Raises
+        CompileError where the log holds no report on ``name``: no spills cannot be told from
+        spills not reported."""
         symbol = self._mangled(name)
+        report = _spill_report(self.log, symbol)
+        if report is None:
+            raise CompileError(f"NVRTC's log for {self.source} ({len(self.log)} characters) holds no ptxas "
+                               f"report on {name}, so its spills are unknown")
         from .sass import resource_usage
         usage = resource_usage(self.cubin, symbol)
-        report = re.search(rf"Function properties for {re.escape(symbol)}\s*\n[^\n]*?"
-                           r"(\d+) bytes spill stores, (\d+) bytes spill loads", self.log)
         return Resources(registers=usage["REG"], shared_bytes=usage["SHARED"], stack_bytes=usage["STACK"],
-                         local_bytes=usage["LOCAL"],
-                         spill_store_bytes=int(report.group(1)) if report else None,
-                         spill_load_bytes=int(report.group(2)) if report else None)
+                         local_bytes=usage["LOCAL"], spill_store_bytes=report[0], spill_load_bytes=report[1])
 
     def sass(self, name: str) -> str:
         """The SASS (machine code) of one kernel, disassembled with cuobjdump."""
@@ -242,6 +244,13 @@ def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
     return CompiledKernels(source=shown, arch=arch, cubin=cubin, mangled=mangled, log=log, key=key)
 
 
+def _spill_report(log: str, symbol: str):
+    """(spill store bytes, spill load bytes) of ``symbol`` from ptxas' verbose report, or None."""
+    report = re.search(rf"Function properties for {re.escape(symbol)}\s*\n[^\n]*?"
+                       r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return (int(report.group(1)), int(report.group(2))) if report else None
+
+
 def _load_cached(key, shown, arch):
     folder = cache_dir()
     meta, binary = folder / f"{key}.json", folder / f"{key}.cubin"
@@ -249,6 +258,8 @@ def _load_cached(key, shown, arch):
         return None
     try:
         info = json.loads(meta.read_text())
+        if any(_spill_report(info["log"], symbol) is None for symbol in info["mangled"].values()):
+            return None  # every compile passes ptxas --verbose: an entry without its report is damaged
         return CompiledKernels(source=shown, arch=arch, cubin=binary.read_bytes(),
                                mangled=info["mangled"], log=info["log"], key=key)
     except (OSError, ValueError, KeyError):

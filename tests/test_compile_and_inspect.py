@@ -28,6 +28,24 @@ def test_a_setting_seen_before_is_not_recompiled(fresh_cache):
     assert len(list(fresh_cache.glob("*.cubin"))) == 2
 
 
+def test_spills_are_never_guessed_from_a_log_without_ptxas_report(fresh_cache):
+    """A log that lost ptxas' report cannot say 'no spills': resources() refuses, and a cache
+    entry without it is compiled again rather than trusted."""
+    import dataclasses
+    import json
+    names = ["copy_packed<float, 4, 128, 1>"]
+    compiled = helpers.compile_kernels("copy.cu", names, arch="sm_90")
+    assert compiled.resources(names[0]).spill_store_bytes == 0
+    with pytest.raises(helpers.CompileError, match="no ptxas report on copy_packed"):
+        dataclasses.replace(compiled, log="").resources(names[0])
+    (entry,) = fresh_cache.glob("*.json")
+    entry.write_text(json.dumps({**json.loads(entry.read_text()), "log": ""}))
+    compiler._memory_cache.clear()
+    before = compiler.stats["nvrtc_compiles"]
+    again = helpers.compile_kernels("copy.cu", names, arch="sm_90")
+    assert compiler.stats["nvrtc_compiles"] == before + 1 and again.resources(names[0]).spill_store_bytes == 0
+
+
 def test_a_changed_header_invalidates_the_cache(fresh_cache, tmp_path):
     folder = tmp_path / "src"
     folder.mkdir()
