@@ -21,8 +21,8 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
-                       full_pack, np_dtype, random_normal, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor,
-                       widest_pack, widest_pack_for)
+                       check_written, full_pack, np_dtype, outputs_where_torch_puts_them, random_normal, row_scratch,
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
@@ -476,21 +476,28 @@ def _compare(what: str, out: np.ndarray, host, weight, bias, dtype: str, toleran
                          lambda rows: reference(rows, weight, bias), lambda o, *r: max_error(o, r))
 
 
-def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None) -> dict:
+# What a measurement's config says when its output is the input pool's own buffer, which
+# PyTorch's outputs never share (layer_norm_measurement's own_buffer).
+OWN_BUFFER = "the input pool's output buffer"
+
+
+def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, provider: str = None,
+                           own_buffer: bool = False) -> dict:
     """What ``bench.measure`` needs to check one variant against float64 on fresh inputs
-    (output poisoned) and time it. GB/s counts the bytes a LayerNorm must move (bytes_moved)."""
+    (output poisoned) and time it. GB/s counts the bytes a LayerNorm must move (bytes_moved).
+    The output is where PyTorch puts its own (outputs_where_torch_puts_them), so ours and the
+    PyTorch peers timed in the same turns write the same memory; ``own_buffer`` writes the
+    input pool's output buffer instead, as every measurement did before 2026-11-27."""
     def setup():
         host, weight, bias, x, w, b, y = _operands(rows, cols, variant.dtype)
-        run = lambda: variant.launch(x, w, b, y)  # noqa: E731
+        output = (lambda: y) if own_buffer else outputs_where_torch_puts_them(y)
+        run = lambda: variant.launch(x, w, b, output())  # noqa: E731
 
-        def check():
-            y.poison()
-            run()
-            device.synchronize()
-            return _compare(variant.name_expression, y.to_numpy(), host, weight, bias, variant.dtype,
-                            TOLERANCE[variant.dtype])
-        return run, check
-    return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
+        return run, lambda: check_written(
+            output, lambda out: variant.launch(x, w, b, out),
+            lambda got: _compare(variant.name_expression, got, host, weight, bias, variant.dtype, TOLERANCE[variant.dtype]))
+    config = {**variant.config, "out": OWN_BUFFER} if own_buffer else variant.config
+    return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=config,
                 bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
 
 
@@ -498,10 +505,10 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
     return bench.measure(**layer_norm_measurement(variant, rows, cols, provider=provider))
 
 
-def dispatcher_measurement(rows: int, cols: int, dtype: str) -> dict:
+def dispatcher_measurement(rows: int, cols: int, dtype: str, *, own_buffer: bool = False) -> dict:
     """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
     return layer_norm_measurement(variant_for(cols, dtype, widest_pack_for(cols, dtype), rows=rows), rows, cols,
-                                  provider="layer_norm()")
+                                  provider="layer_norm()", own_buffer=own_buffer)
 
 
 def measure_dispatcher(bench, rows: int, cols: int, dtype: str):

@@ -313,5 +313,36 @@ def torch_tensor(x: DeviceArray):
     return torch.as_tensor(x, device="cuda")
 
 
+def outputs_where_torch_puts_them(y: DeviceArray):
+    """A function giving the array a timed run writes to: a tensor shaped and typed as ``y``,
+    fresh from PyTorch's caching allocator, freed as soon as the caller drops it. Timed in turns,
+    each run drops its output before the next allocates, so ours and PyTorch's calls write the
+    same block, as PyTorch's own outputs do among themselves. Without PyTorch, ``y`` itself.
+
+    Where the output lives moves a kernel's time: the same kernel writing 256 MiB to ``y`` or
+    to other blocks ran up to 0.4% apart (H100, scratch, 2026-11-27), as much as the gaps
+    measured at short rows, and PyTorch's outputs never land in ``y``."""
+    try:
+        torch = torch_module()
+    except Unavailable:
+        return lambda: y
+    kind = torch_dtype(torch, y.dtype.name)
+
+    def fresh() -> DeviceArray:
+        tensor = torch.empty(y.shape, dtype=kind, device="cuda")
+        return DeviceArray(y.shape, y.dtype, _ptr=tensor.data_ptr(), _owner=tensor)
+    return fresh
+
+
+def check_written(output, write, compare):
+    """Poison the array ``output()`` gives, ``write(out)`` into it, and return ``compare`` of
+    what it then holds (on the host): the check of a measurement, on the memory it times."""
+    out = output()
+    out.poison()
+    write(out)
+    device.synchronize()
+    return compare(out.to_numpy())
+
+
 def torch_dtype(torch, dtype: str):
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

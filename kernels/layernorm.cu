@@ -390,13 +390,19 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     }
 }
 
-// Value `half` (0: the low one) of a 32-bit word holding two 16-bit values, as a float.
+// Value `half` (0: the low one) of a 32-bit word holding two 16-bit values, as a float. A
+// bfloat16 pair is widened as the lane groups widen theirs (widen_at masks or shifts the
+// word: a bfloat16 is the top half of a float). A half is converted from its 16 bits: seen
+// as a Pack<__half, 2>, the compiler first moved each half into a register of its own
+// (64 PRMTs in the kernel below, local compile, 2026-11-27).
 template <typename T> __device__ __forceinline__ float widen_half_of(unsigned word, int half);
 template <> __device__ __forceinline__ float widen_half_of<__half>(unsigned word, int half) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(half ? word >> 16 : word & 0xffffu)));
 }
 template <> __device__ __forceinline__ float widen_half_of<__nv_bfloat16>(unsigned word, int half) {
-    return __uint_as_float(half ? word & 0xffff0000u : word << 16);  // the top half of a float
+    Pack<__nv_bfloat16, 2> pair;
+    memcpy(&pair, &word, 4);
+    return widen_at(pair, half);
 }
 
 // A 16-byte pack loaded with L1::evict_last: weight and bias, read by every warp of the SM.

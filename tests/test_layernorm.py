@@ -397,3 +397,34 @@ def test_measurements_check_first_and_count_the_bytes_a_layer_norm_must_move(gpu
     row = measure_dispatcher(bench, 1000, 3000, "float16")
     assert row.bytes == (2 * 1000 + 2) * 3000 * 2 and row.rel_err <= TOLERANCE["float16"]
     assert row.config["path"] == "cluster"
+
+
+def test_without_pytorch_the_output_is_our_own_buffer(monkeypatch):
+    from helpers import operands
+    from helpers.bench import Unavailable
+
+    def no_torch():
+        raise Unavailable("PyTorch is not installed")
+    monkeypatch.setattr(operands, "torch_module", no_torch)
+    y = DeviceArray((4, 8), "float16", _ptr=0x1000)  # no memory is touched
+    assert operands.outputs_where_torch_puts_them(y)() is y
+
+
+def test_our_output_is_the_block_pytorch_gives_its_own(gpu):
+    """Timed in turns, each call drops its output before the next allocates: ours then lands
+    where F.layer_norm's output did, and is right there (checked on a poisoned block)."""
+    torch = pytest.importorskip("torch")
+    from helpers.layernorm_kernels import OWN_BUFFER, _operands, layer_norm_measurement
+    from helpers.operands import outputs_where_torch_puts_them, torch_tensor
+    rows, cols = 4099, 192
+    variant = variant_for(cols, "float16", 8, rows=rows)
+    *_, x, w, b, y = _operands(rows, cols, "float16")
+    theirs = torch.nn.functional.layer_norm(torch_tensor(x), (cols,), torch_tensor(w), torch_tensor(b)).data_ptr()
+    ours = outputs_where_torch_puts_them(y)()
+    assert ours.ptr == theirs != y.ptr and ours.shape == y.shape and ours.dtype == y.dtype
+    del ours
+    for own in (False, True):
+        m = layer_norm_measurement(variant, rows, cols, own_buffer=own)
+        run, check = m["setup"]()
+        assert check() <= TOLERANCE["float16"]
+        assert (m["config"].get("out") == OWN_BUFFER) == own
