@@ -492,10 +492,10 @@ def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, p
         host, weight, bias, x, w, b, y = _operands(rows, cols, variant.dtype)
         output = (lambda: y) if own_buffer else outputs_where_torch_puts_them(y)
         run = lambda: variant.launch(x, w, b, output())  # noqa: E731
-
         return run, lambda: check_written(
             output, lambda out: variant.launch(x, w, b, out),
-            lambda got: _compare(variant.name_expression, got, host, weight, bias, variant.dtype, TOLERANCE[variant.dtype]))
+            lambda got: _compare(variant.name_expression, got, host, weight, bias, variant.dtype,
+                                 TOLERANCE[variant.dtype]))
     config = {**variant.config, "out": OWN_BUFFER} if own_buffer else variant.config
     return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=config,
                 bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
