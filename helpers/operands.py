@@ -334,15 +334,5 @@ def outputs_where_torch_puts_them(y: DeviceArray):
     return fresh
 
 
-def check_written(output, write, compare):
-    """Poison the array ``output()`` gives, ``write(out)`` into it, and return ``compare`` of
-    what it then holds (on the host): the check of a measurement, on the memory it times."""
-    out = output()
-    out.poison()
-    write(out)
-    device.synchronize()
-    return compare(out.to_numpy())
-
-
 def torch_dtype(torch, dtype: str):
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
