@@ -26,10 +26,12 @@ from .paths import KERNELS, cache_dir, display_path, kernel_path
 
 DEFAULT_ARCH = "sm_90"  # the H200 (Hopper) that recorded the book's figures
 
-# How many times NVRTC actually ran in this process (the cache tests read it).
-stats = {"nvrtc_compiles": 0, "disk_hits": 0, "memory_hits": 0}
+# How many times NVRTC actually ran in this process, and how many of its logs came back without
+# ptxas' report (compiled again): the cache tests read them.
+stats = {"nvrtc_compiles": 0, "disk_hits": 0, "memory_hits": 0, "ptxas_report_missing": 0}
 _memory_cache: dict[str, "CompiledKernels"] = {}
 _lock = threading.Lock()
+PTXAS_REPORT_TRIES = 3
 
 
 def _nvrtc():
@@ -212,6 +214,20 @@ def compile_kernels(source, names, *, arch: str | None = None, defines=(), extra
 
 
 def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
+    """Compile with NVRTC. Every compile asks ptxas for its report (--verbose); a log that comes
+    back without it for one of ``names`` is compiled again, up to PTXAS_REPORT_TRIES times, since
+    resources() cannot tell spills without it."""
+    for _ in range(PTXAS_REPORT_TRIES):
+        compiled = _compile_once(path, text, names, options, arch, key)
+        if all(_spill_report(compiled.log, symbol) for symbol in compiled.mangled.values()):
+            return compiled
+        stats["ptxas_report_missing"] += 1
+    missing = [name for name, symbol in compiled.mangled.items() if _spill_report(compiled.log, symbol) is None]
+    raise CompileError(f"NVRTC compiled {compiled.source} {PTXAS_REPORT_TRIES} times, and its log never held "
+                       f"ptxas' report on {', '.join(missing)} (last log: {len(compiled.log)} characters)")
+
+
+def _compile_once(path, text, names, options, arch, key) -> CompiledKernels:
     nvrtc = _nvrtc()
     shown = display_path(path)
     err, program = nvrtc.nvrtcCreateProgram(text.encode(), shown.encode(), 0, [], [])
@@ -222,18 +238,11 @@ def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
                          f"nvrtcAddNameExpression({name})")
         stats["nvrtc_compiles"] += 1
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
-        err, size = nvrtc.nvrtcGetProgramLogSize(program)
-        _check_nvrtc(err, "nvrtcGetProgramLogSize")
-        log = b" " * size
-        _check_nvrtc(nvrtc.nvrtcGetProgramLog(program, log)[0], "nvrtcGetProgramLog")
-        log = log.decode(errors="replace").rstrip("\x00").strip()
+        log = _read_back(program, "ProgramLog").decode(errors="replace").rstrip("\x00").strip()
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {shown} for {arch} "
                                f"({', '.join(names)}):\n{log}")
-        err, size = nvrtc.nvrtcGetCUBINSize(program)
-        _check_nvrtc(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        _check_nvrtc(nvrtc.nvrtcGetCUBIN(program, cubin)[0], "nvrtcGetCUBIN")
+        cubin = _read_back(program, "CUBIN")
         mangled = {}
         for name in names:
             err, lowered = nvrtc.nvrtcGetLoweredName(program, name.encode())
@@ -242,6 +251,20 @@ def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     return CompiledKernels(source=shown, arch=arch, cubin=cubin, mangled=mangled, log=log, key=key)
+
+
+def _read_back(program, what: str) -> bytes:
+    """NVRTC's ``nvrtcGet<what>`` (ProgramLog, CUBIN), copied into a buffer of our own.
+    The buffer must be a fresh bytearray: NVRTC writes into it. ``b" " * size`` is not fresh when
+    size is 1 (an empty log, its NUL alone): it is CPython's shared one-byte b" ", and the NUL
+    written into it made every f-string compiled afterwards by Python 3.12 drop a lone space
+    between two fields: f"{a} {b}" gave "ab"."""
+    nvrtc = _nvrtc()
+    err, size = getattr(nvrtc, f"nvrtcGet{what}Size")(program)
+    _check_nvrtc(err, f"nvrtcGet{what}Size")
+    buffer = bytearray(size)
+    _check_nvrtc(getattr(nvrtc, f"nvrtcGet{what}")(program, buffer)[0], f"nvrtcGet{what}")
+    return bytes(buffer)
 
 
 def _spill_report(log: str, symbol: str):

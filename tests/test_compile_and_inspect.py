@@ -1,4 +1,6 @@
 """Compile with NVRTC, cache, read resources and SASS: all without a GPU."""
+import os
+
 import pytest
 
 import helpers
@@ -44,6 +46,51 @@ def test_spills_are_never_guessed_from_a_log_without_ptxas_report(fresh_cache):
     before = compiler.stats["nvrtc_compiles"]
     again = helpers.compile_kernels("copy.cu", names, arch="sm_90")
     assert compiler.stats["nvrtc_compiles"] == before + 1 and again.resources(names[0]).spill_store_bytes == 0
+
+
+def test_a_log_without_ptxas_report_is_compiled_again(fresh_cache, monkeypatch):
+    """NVRTC once answered a successful compile with an empty log (GPU host, NVRTC 13.0): the
+    compile is run again rather than its spills left unknown."""
+    import dataclasses
+    real, calls = compiler._compile_once, []
+
+    def first_log_lost(*args):
+        calls.append(args)
+        compiled = real(*args)
+        return dataclasses.replace(compiled, log="") if len(calls) == 1 else compiled
+    monkeypatch.setattr(compiler, "_compile_once", first_log_lost)
+    missing = compiler.stats["ptxas_report_missing"]
+    name = "copy_packed<float, 2, 64, 1>"
+    compiled = helpers.compile_kernels("copy.cu", [name], arch="sm_90")
+    assert len(calls) == 2 and compiler.stats["ptxas_report_missing"] == missing + 1
+    assert compiled.resources(name).spill_store_bytes == 0
+
+
+def test_an_empty_nvrtc_log_leaves_python_intact(tmp_path):
+    """Compiled without ptxas --verbose, NVRTC's log is empty (its NUL alone). Reading it into
+    b" " * 1 wrote that NUL into CPython's shared b" ", after which f"{a} {b}" compiled as "ab":
+    the lost spaces of a chapter 4 recording. Run in a fresh interpreter, since the damage is
+    for the life of the process; the compile itself is refused, its spills unknown."""
+    import subprocess
+    import sys
+    script = """
+import helpers
+from helpers import compiler
+from helpers.paths import kernel_path
+path, name = kernel_path("copy.cu"), "copy_packed<float, 4, 128, 1>"
+options = ["--gpu-architecture=sm_90", "--std=c++17", *[f"--include-path={d}" for d in compiler.include_dirs()]]
+try:
+    compiler._run_nvrtc(path, path.read_text(), [name], options, "sm_90", "no-report")
+except helpers.CompileError as refused:
+    print("refused:", refused)
+print(compiler.stats["nvrtc_compiles"], repr(b" "), repr(eval('f"{1} {2}"')))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "BOOK_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    refused, counts = done.stdout.strip().splitlines()
+    assert refused.startswith("refused: NVRTC compiled kernels/copy.cu 3 times") and "0 characters" in refused
+    assert counts == "3 b' ' '1 2'"
 
 
 def test_a_changed_header_invalidates_the_cache(fresh_cache, tmp_path):
