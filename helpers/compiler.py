@@ -219,10 +219,10 @@ def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
     resources() cannot tell spills without it."""
     for _ in range(PTXAS_REPORT_TRIES):
         compiled = _compile_once(path, text, names, options, arch, key)
-        if all(_spill_report(compiled.log, symbol) for symbol in compiled.mangled.values()):
+        missing = _unreported(compiled.log, compiled.mangled)
+        if not missing:
             return compiled
         stats["ptxas_report_missing"] += 1
-    missing = [name for name, symbol in compiled.mangled.items() if _spill_report(compiled.log, symbol) is None]
     raise CompileError(f"NVRTC compiled {compiled.source} {PTXAS_REPORT_TRIES} times, and its log never held "
                        f"ptxas' report on {', '.join(missing)} (last log: {len(compiled.log)} characters)")
 
@@ -274,6 +274,11 @@ def _spill_report(log: str, symbol: str):
     return (int(report.group(1)), int(report.group(2))) if report else None
 
 
+def _unreported(log: str, mangled: dict) -> list:
+    """The kernels (name expressions) of ``mangled`` that ptxas' report in ``log`` leaves out."""
+    return [name for name, symbol in mangled.items() if _spill_report(log, symbol) is None]
+
+
 def _load_cached(key, shown, arch):
     folder = cache_dir()
     meta, binary = folder / f"{key}.json", folder / f"{key}.cubin"
@@ -281,7 +286,7 @@ def _load_cached(key, shown, arch):
         return None
     try:
         info = json.loads(meta.read_text())
-        if any(_spill_report(info["log"], symbol) is None for symbol in info["mangled"].values()):
+        if _unreported(info["log"], info["mangled"]):
             return None  # every compile passes ptxas --verbose: an entry without its report is damaged
         return CompiledKernels(source=shown, arch=arch, cubin=binary.read_bytes(),
                                mangled=info["mangled"], log=info["log"], key=key)
