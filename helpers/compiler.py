@@ -26,12 +26,10 @@ from .paths import KERNELS, cache_dir, display_path, kernel_path
 
 DEFAULT_ARCH = "sm_90"  # the H200 (Hopper) that recorded the book's figures
 
-# How many times NVRTC actually ran in this process, and how many of its logs came back without
-# ptxas' report (compiled again): the cache tests read them.
-stats = {"nvrtc_compiles": 0, "disk_hits": 0, "memory_hits": 0, "ptxas_report_missing": 0}
+# How many times NVRTC actually ran in this process: the cache tests read it.
+stats = {"nvrtc_compiles": 0, "disk_hits": 0, "memory_hits": 0}
 _memory_cache: dict[str, "CompiledKernels"] = {}
 _lock = threading.Lock()
-PTXAS_REPORT_TRIES = 3
 
 
 def _nvrtc():
@@ -175,6 +173,17 @@ def _local_headers(path: Path) -> dict:
     return {p.name: p.read_text() for p in sorted(path.parent.glob("*.cuh"))}
 
 
+def nvrtc_options(arch: str, defines=(), extra_options=()) -> list:
+    """What NVRTC is told on every compile. ``--ptxas-options=--verbose`` asks ptxas for its
+    report (registers, spills: resources() reads it). ``--no-cache`` turns off NVRTC's own
+    cache (CUDA 12.9+), which hands back a cubin it has seen before, keyed by the PTX and
+    ptxas' options, without running ptxas, so without its report: on the GPU host (NVRTC 13.0,
+    2026-11-27) every kernel compiled before on that machine, by any process, came back with
+    an empty log, or NVRTC's warnings alone. The cache below keeps each log with its cubin."""
+    return [f"--gpu-architecture={arch}", "--std=c++17", "-lineinfo", "--ptxas-options=--verbose", "--no-cache",
+            *[f"-D{d}" for d in defines], *extra_options, *[f"--include-path={d}" for d in include_dirs()]]
+
+
 def compile_kernels(source, names, *, arch: str | None = None, defines=(), extra_options=()):
     """Compile the template instances ``names`` of the kernel file ``source``.
 
@@ -191,9 +200,7 @@ def compile_kernels(source, names, *, arch: str | None = None, defines=(), extra
     arch = arch or default_arch()
     if not re.fullmatch(r"sm_\d+a?", arch):
         raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
-    options = [f"--gpu-architecture={arch}", "--std=c++17", "-lineinfo",
-               "--ptxas-options=--verbose", *[f"-D{d}" for d in defines], *extra_options]
-    options += [f"--include-path={d}" for d in include_dirs()]
+    options = nvrtc_options(arch, defines, extra_options)
     text = path.read_text()
     # Include paths differ between machines: key on the options without them.
     portable = [o for o in options if not o.startswith("--include-path")]
@@ -214,20 +221,8 @@ def compile_kernels(source, names, *, arch: str | None = None, defines=(), extra
 
 
 def _run_nvrtc(path, text, names, options, arch, key) -> CompiledKernels:
-    """Compile with NVRTC. Every compile asks ptxas for its report (--verbose); a log that comes
-    back without it for one of ``names`` is compiled again, up to PTXAS_REPORT_TRIES times, since
-    resources() cannot tell spills without it."""
-    for _ in range(PTXAS_REPORT_TRIES):
-        compiled = _compile_once(path, text, names, options, arch, key)
-        missing = _unreported(compiled.log, compiled.mangled)
-        if not missing:
-            return compiled
-        stats["ptxas_report_missing"] += 1
-    raise CompileError(f"NVRTC compiled {compiled.source} {PTXAS_REPORT_TRIES} times, and its log never held "
-                       f"ptxas' report on {', '.join(missing)} (last log: {len(compiled.log)} characters)")
-
-
-def _compile_once(path, text, names, options, arch, key) -> CompiledKernels:
+    """Compile with NVRTC. The log must hold ptxas' report on every kernel of ``names``, since
+    resources() cannot tell spills without it: a compile whose log lacks it is refused."""
     nvrtc = _nvrtc()
     shown = display_path(path)
     err, program = nvrtc.nvrtcCreateProgram(text.encode(), shown.encode(), 0, [], [])
@@ -250,6 +245,11 @@ def _compile_once(path, text, names, options, arch, key) -> CompiledKernels:
             mangled[name] = lowered.decode()
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+    missing = _unreported(log, mangled)
+    if missing:
+        raise CompileError(f"NVRTC compiled {shown}, but its log ({len(log)} characters) holds no ptxas report on "
+                           f"{', '.join(missing)}: its registers and spills are unknown. Did the options lose "
+                           f"--ptxas-options=--verbose or --no-cache?")
     return CompiledKernels(source=shown, arch=arch, cubin=cubin, mangled=mangled, log=log, key=key)
 
 
