@@ -20,8 +20,9 @@ from . import device
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
-from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size, full_pack,
-                       np_dtype, row_scratch, torch_compiled_for_shape, torch_module, torch_tensor, widest_pack)
+from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
+                       full_pack, np_dtype, outputs_where_torch_puts_them, row_scratch,
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "softmax.cu"
@@ -485,23 +486,27 @@ def _compare(what: str, out: np.ndarray, host: np.ndarray, dtype: str, log: bool
                          lambda rows: reference(rows, log), lambda o, r: max_error(o, r, log))
 
 
-def _check_output(what: str, run, y: DeviceArray, host: np.ndarray, dtype: str, log: bool) -> float:
-    """Poison y, run once, compare with float64; returns the largest error."""
-    y.poison()
-    run()
+def _check_output(what: str, write, output, host: np.ndarray, dtype: str, log: bool) -> float:
+    """Poison the array ``output()`` gives, ``write`` it once, compare with float64; returns
+    the largest error."""
+    out = output()
+    out.poison()
+    write(out)
     device.synchronize()
-    return _compare(what, y.to_numpy(), host, dtype, log, TOLERANCE[dtype])
+    return _compare(what, out.to_numpy(), host, dtype, log, TOLERANCE[dtype])
 
 
 def softmax_measurement(variant: SoftmaxVariant, rows: int, cols: int, *, provider: str = None) -> dict:
     """What ``bench.measure`` needs to check one variant against float64 on fresh normal
     inputs and time it. GB/s counts the bytes a softmax must move (bytes_moved), whatever
-    the path re-reads."""
+    the path re-reads. The output is where PyTorch puts its own (outputs_where_torch_puts_them),
+    so ours and the PyTorch peers timed in the same turns write the same memory."""
     def setup():
         host, x, y = _matrix(rows, cols, variant.dtype)
-        return (lambda: variant.launch(x, y)), (
-            lambda: _check_output(variant.name_expression, lambda: variant.launch(x, y), y, host, variant.dtype,
-                                  variant.log))
+        output = outputs_where_torch_puts_them(y)
+        return (lambda: variant.launch(x, output())), (
+            lambda: _check_output(variant.name_expression, lambda out: variant.launch(x, out), output, host,
+                                  variant.dtype, variant.log))
     return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=variant.config,
                 bytes=bytes_moved(rows, cols, variant.dtype), setup=setup)
 
@@ -578,8 +583,8 @@ def cluster_phases(rows: int, cols: int, dtype: str, *, runs: int = 3) -> dict:
     try:
         for _ in range(runs):
             flush_l2()
-            _check_output(variant.timed_name_expression, lambda: variant._launch_cluster(
-                x, y, rows, cols, variant.timed_name_expression, clock), y, host, dtype, False)
+            _check_output(variant.timed_name_expression, lambda out: variant._launch_cluster(
+                x, out, rows, cols, variant.timed_name_expression, clock), lambda: y, host, dtype, False)
             ns = clock.to_numpy().reshape(-1, PHASE_CLOCK_WORDS)[:, 1:].astype(np.int64)
             phases.append(np.diff(ns, axis=1) / 1e3)
             spans.append((ns[:, -1].max() - ns[:, 0].min()) / 1e3)

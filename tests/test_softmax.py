@@ -402,3 +402,22 @@ def test_measurements_check_first_and_count_the_bytes_a_softmax_must_move(gpu):
     bench = helpers.Bench("softmax-test", ["kernels/softmax.cu"])
     row = measure_dispatcher(bench, 1000, 3000, "float16")
     assert row.bytes == 2 * 1000 * 3000 * 2 and row.rel_err <= TOLERANCE["float16"] and row.config["path"] == "cluster"
+
+
+def test_our_output_is_the_block_torch_softmax_gives_its_own(gpu):
+    """Timed in turns, each call drops its output before the next allocates: ours then lands
+    where torch.softmax's output did, and the check reads that very block (a write that does
+    not happen leaves the poison, and the check fails)."""
+    torch = pytest.importorskip("torch")
+    from helpers.operands import outputs_where_torch_puts_them, torch_tensor
+    from helpers.softmax_kernels import _check_output, _matrix, softmax_measurement
+    rows, cols, dtype = 4099, 1000, "bfloat16"
+    host, x, y = _matrix(rows, cols, dtype)
+    theirs = torch.softmax(torch_tensor(x), -1).data_ptr()
+    ours = outputs_where_torch_puts_them(y)()
+    assert ours.ptr == theirs != y.ptr and ours.shape == y.shape and ours.dtype == y.dtype
+    del ours
+    run, check = softmax_measurement(variant_for(rows, cols, dtype, full_pack(dtype)), rows, cols)["setup"]()
+    assert check() <= TOLERANCE[dtype]
+    with pytest.raises(AssertionError, match="beyond"):
+        _check_output("nothing written", lambda out: None, outputs_where_torch_puts_them(y), host, dtype, False)
