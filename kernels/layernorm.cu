@@ -324,14 +324,29 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, co
 
 // Step 4, short rows: a group of GroupWidth lanes per row (a warp, or fewer),
 // ColsPerThread values per lane. Each lane widens its values to float once, as they
-// arrive, less the shift x[row][0], and keeps them so: the sum, the squares about the
-// mean and the output then take one or two instructions a value. Held in their storage
-// type instead and widened at each of those three passes (as the block and cluster
-// paths hold them, to save registers), 16-bit rows took more instructions (at 16 values
-// a lane, 504 SASS instructions against 368), and in blocks of one or two warps, at
-// most 32 an SM, they showed (the numbers are with the dispatcher's rule in
-// helpers/layernorm_kernels.py). Statistics: two float
-// sums within the group by shuffles: no shared memory, no barrier, no E[x²] - E[x]².
+// arrive, and keeps them so: the sum, the squares about the mean and the output then
+// take one or two instructions a value. Held in their storage type instead and widened
+// at each of those three passes (as the block and cluster paths hold them, to save
+// registers), 16-bit rows took more instructions (at 16 values a lane, 504 SASS
+// instructions against 368), and in blocks of one or two warps, at most 32 an SM, they
+// showed (the numbers are with the dispatcher's rule in helpers/layernorm_kernels.py).
+// Statistics: two float sums within the group by shuffles: no shared memory, no
+// barrier, no E[x²] - E[x]².
+// The mean's rounding: fp32 rows take the shift x[row][0] off every value as they are
+// widened (why: above slice_mean_m2). 16-bit rows need no shift: their sum is exact
+// where the mean is large against the spread (values at a large offset share their low
+// bits), so the rounding of mean0 = sum * (1 / cols) is computed in one fma, as
+// layernorm_warp_rows computes it, and taken off in the output's FFMA. That saves every
+// lane a load that waits with the row. In rotated turns (H200, scratch, 2026-11-27, three
+// measurements, 256 MiB, us, shift -> fma (torch.compile)): fp16 524288 x 256 130.0 -> 129.5-129.6
+// (130.5-130.6), 134217 x 1000 132.3 -> 131.5-131.6 (132.6-132.7), 131072 x 1024 129.8-129.9 ->
+// 129.3-129.4 (130.9); bf16 1048576 x 128 130.2-130.3 -> 130.0-130.1 (130.5-130.6), 524288 x 256
+// 129.7-129.8 -> 129.4-129.5 (130.8-130.9); fp16 512 0.1-0.2% faster; level (-0.12 to +0.11%) at
+// fp16 64 and 768 and bf16 512 and 1024 (131.2 -> 131.2-131.3, torch.compile 131.2). The outputs'
+// errors on 1e4 + N(0, 1), constant and N(0, 1) rows did not change. fp32 sums round, so there the
+// fma would not find the mean's rounding; the corrected two-pass sum of (x - mean0), reduced with
+// the squares, measured level at 128 to 512 values and 0.5% slower at 1024 (and took the outputs'
+// error on N(0, 1) rows from 0.2-0.3 of the tolerance to 0.06-0.07: exercise 7's question).
 template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int BlockSize, bool EarlyAffine>
 __global__ void __launch_bounds__(BlockSize)
 layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -347,7 +362,8 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     load_slice<GroupWidth>(packs, reinterpret_cast<const P*>(x + row * cols), lane, row_packs);
     const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight), reinterpret_cast<const P*>(bias),
                                                            lane, row_packs);
-    const float shift = row < rows ? widen(x[row * cols]) : 0.0f;
+    constexpr bool kShifted = sizeof(T) == 4;  // fp32: the shift; 16-bit: the mean's rounding by an fma
+    const float shift = kShifted && row < rows ? widen(x[row * cols]) : 0.0f;
     float v[ColsPerThread];  // x - shift, then x - shift - mean; 0 where the lane's pack is past the row
     float sum = 0.0f;
 #pragma unroll
@@ -360,7 +376,11 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
         }
     }
     const float inv_cols = 1.0f / static_cast<float>(cols);
-    const float mean = warp_reduce<Sum, GroupWidth>(sum) * inv_cols;  // every lane sums, even past the last row
+    const float total = warp_reduce<Sum, GroupWidth>(sum);  // every lane sums, even past the last row
+    // 16-bit rows: the mean rounded once, as the correction below assumes. Written `total * inv_cols`,
+    // the compiler fused each `v - mean` into an FFMA with the unrounded product, which the
+    // correction then missed (fp16 rows of 192 at 10^4 + N(0, 1) failed the tolerance).
+    const float mean = kShifted ? total * inv_cols : __fmul_rn(total, inv_cols);
     float m2 = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -373,8 +393,13 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     }
     m2 = warp_reduce<Sum, GroupWidth>(m2);
     if (row >= rows) return;  // ...but shuffles with the others first
-    const float rstd = rsqrtf(m2 * inv_cols + eps);
-    if (lane == 0) write_statistics(mean_out, rstd_out, row, shift + mean, rstd);
+    // 16-bit rows: c, the mean's rounding (total - mean * cols is exact in one fma); the squares were
+    // taken about mean, c off the true mean, so the variance is m2 / cols - c², and each output
+    // (v - c) * rstd, one FFMA with -c * rstd. fp32 rows: no c, the plain forms.
+    const float correction = kShifted ? 0.0f : fmaf(-mean, static_cast<float>(cols), total) * inv_cols;
+    const float rstd = kShifted ? rsqrtf(m2 * inv_cols + eps) : rsqrtf(fmaf(m2, inv_cols, eps) - correction * correction);
+    const float output_shift = -correction * rstd;
+    if (lane == 0) write_statistics(mean_out, rstd_out, row, kShifted ? shift + mean : mean + correction, rstd);
     P* out = reinterpret_cast<P*>(y + row * cols);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -383,8 +408,10 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
             const P scale = affine.weight_pack(p, at), offset = affine.bias_pack(p, at);
             P result;
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k)
-                result.values[k] = narrow<T>(v[p * PackSize + k] * rstd * widen_at(scale, k) + widen_at(offset, k));
+            for (int k = 0; k < PackSize; ++k) {
+                const float normalized = kShifted ? v[p * PackSize + k] * rstd : fmaf(v[p * PackSize + k], rstd, output_shift);
+                result.values[k] = narrow<T>(normalized * widen_at(scale, k) + widen_at(offset, k));
+            }
             store_pack(out + at, result);
         }
     }
@@ -462,8 +489,8 @@ __device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P 
 // x - mean0 keeps; where the row is nearly constant (16-bit values at a large offset: at
 // 10^4 most of N(0, 1) rounds to one fp16 value), rstd is large and multiplies it. Without
 // a fix, this kernel's outputs on such rows were 0.13-0.22 of their scale off (fp16 and bf16
-// rows of 184 to 248 values at 10^4 + N(0, 1), H200, 2026-11-26). The lane groups take
-// x[row][0] off every value first; here that shift cost a shuffle from lane 0 that waits on
+// rows of 184 to 248 values at 10^4 + N(0, 1), H200, 2026-11-26). The lane groups took
+// x[row][0] off every value first (fp32 ones still do); here that shift cost a shuffle from lane 0 that waits on
 // the row (0.8-2.2%) or a load by every lane (1.6-4.5%). Instead the rounding is computed:
 // sum - mean0 * cols is exact in one fma (the sum of 16-bit values at a large offset is
 // itself exact: they share their low bits), so c = (sum - mean0 * cols) / cols, the variance
@@ -517,7 +544,7 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
     float m2[kRows], correction[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        const float mean0 = sum[r] * inv_cols;
+        const float mean0 = __fmul_rn(sum[r], inv_cols);  // rounded once: layernorm_warp_per_row says why
         correction[r] = fmaf(-mean0, static_cast<float>(cols), sum[r]) * inv_cols;  // the mean's rounding
         m2[r] = 0.0f;
 #pragma unroll
