@@ -1,6 +1,8 @@
 """LayerNorm (chapter 5): machine code without a GPU; every path against float64 on the
 GPU, with the large-offset hazard, constant rows and fp16 near its limits."""
 import dataclasses
+import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -38,6 +40,23 @@ def test_the_register_paths_move_whole_16_byte_packs_without_local_memory():
     fused = LayerNormVariant("block_fused", "float16", 8, 256)
     ops = _opcodes(fused)
     assert ops["LDG.E.128.CONSTANT"] >= 4 and ops["STG.E.128"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
+
+
+def test_16_bit_lane_groups_subtract_the_rounded_mean_from_every_value():
+    """16-bit lane groups correct for the rounding of mean0 = round(sum * (1/cols)), so mean0 itself,
+    one register, must be what every value has taken off: an FADD each. Written `sum * inv_cols`,
+    the compiler fused each subtraction into an FFMA with the unrounded product, and rows of 184,
+    192 and 1000 values at 1e4 + N(0, 1) came out 9-209 times the tolerance off (H200, 2026-11-27);
+    this SASS check failed on that form at those lengths too. It runs without a GPU."""
+    # an FADD with one operand negated, in either place: the register negated is what is subtracted
+    subtracted = re.compile(r"FADD R\d+, (?:-(R\d+)(?:\.reuse)?, R\d+(?:\.reuse)?|R\d+(?:\.reuse)?, -(R\d+)(?:\.reuse)?)")
+    for dtype in ("float16", "bfloat16"):
+        for cols in (7, 184, 192, 248, 1000):
+            v = variant_for(cols, dtype, widest_pack_for(cols, dtype), statistics=True)
+            assert v.path == "warp", v
+            sass = v.compiled(arch="sm_90").sass(v.name_expression)
+            by_register = Counter(a or b for a, b in subtracted.findall(sass))
+            assert by_register and by_register.most_common(1)[0][1] >= v.cols_per_thread, (v, by_register)
 
 
 def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst():
