@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import device
 from .device import DeviceArray
 from .errors import InputError
-from .operands import ElementwiseVariant, InputPool, full_pack, random_normal, torch_dtype, torch_module
+from .operands import (ElementwiseVariant, InputPool, full_pack, random_normal, torch_dtype, torch_module,
+                       written_over_poison)
 
 SOURCE = "copy.cu"
 SOURCES = ["kernels/copy.cu", "kernels/pack.cuh"]
@@ -78,10 +78,7 @@ def check_copy(variant: CopyVariant, src: DeviceArray, dst: DeviceArray, host: n
     if host is None:
         host = random_input(src.size, variant.dtype)
         src.copy_from(host)
-    dst.poison()
-    variant.launch(src, dst)
-    device.synchronize()
-    out = dst.to_numpy().reshape(-1)
+    out = written_over_poison(dst, lambda out: variant.launch(src, out)).reshape(-1)
     bits = f"u{host.itemsize}"
     wrong = np.flatnonzero(out.view(bits) != host.reshape(-1).view(bits))
     if len(wrong):

@@ -22,7 +22,8 @@ from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
                        full_pack, np_dtype, outputs_where_torch_puts_them, random_normal, row_scratch,
-                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for)
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for,
+                       written_over_poison)
 from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
@@ -495,12 +496,8 @@ def layer_norm_measurement(variant: LayerNormVariant, rows: int, cols: int, *, p
         run = lambda: variant.launch(x, w, b, output())  # noqa: E731
 
         def check():  # on the memory the runs write: poisoned, written once, compared
-            out = output()
-            out.poison()
-            variant.launch(x, w, b, out)
-            device.synchronize()
-            return _compare(variant.name_expression, out.to_numpy(), host, weight, bias, variant.dtype,
-                            TOLERANCE[variant.dtype])
+            out = written_over_poison(output(), lambda out: variant.launch(x, w, b, out))
+            return _compare(variant.name_expression, out, host, weight, bias, variant.dtype, TOLERANCE[variant.dtype])
         return run, check
     config = {**variant.config, "out": OWN_BUFFER} if own_buffer else variant.config
     return dict(provider=provider or variant.name, dtype=variant.dtype, shape=[rows, cols], config=config,
@@ -561,9 +558,7 @@ def offset_error(variant: LayerNormVariant, offset: float = 1e4, rows: int = 256
     host = (offset + random_normal(rows * cols, "float32").astype(np.float64)).astype(np.float32).reshape(rows, cols)
     weight, bias, w, b = affine(cols, "float32")
     x, y = DeviceArray.from_numpy(host), DeviceArray((rows, cols), "float32")
-    y.poison()
-    variant.launch(x, w, b, y)
-    return max_error(y.to_numpy(), reference(host, weight, bias))
+    return max_error(written_over_poison(y, lambda out: variant.launch(x, w, b, out)), reference(host, weight, bias))
 
 
 def sanitizer_cases():

@@ -246,6 +246,16 @@ def check_operands(kernel_name: str, dtype: str, alignment: int, **arrays: Devic
                          ", ".join(f"{name} has {size} elements" for name, size in sizes.items()))
 
 
+def written_over_poison(out: DeviceArray, write) -> np.ndarray:
+    """Poison ``out`` (0xFF bytes: NaN in every float format), let ``write(out)`` fill it, wait for
+    the GPU, and return what ``out`` holds: an element the write missed still holds the poison,
+    which every check of every chapter rejects."""
+    out.poison()
+    write(out)
+    device.synchronize()
+    return out.to_numpy()
+
+
 def random_normal(n: int, dtype: str) -> np.ndarray:
     """Fresh standard-normal values (never zeros: zeros hide unwritten outputs)."""
     return np.random.default_rng().standard_normal(n, dtype=np.float32).astype(np_dtype(dtype))
