@@ -102,6 +102,25 @@ __device__ __forceinline__ void write_statistics(float* mean_out, float* rstd_ou
     if (rstd_out != nullptr) rstd_out[row] = rstd;
 }
 
+// The mean's rounding, taken back without a shift (the 16-bit warp kernels: layernorm_warp_per_row
+// and layernorm_warp_rows). mean0 = sum * (1 / cols) is off by an ulp or so of the mean, which
+// x - mean0 keeps; where the row is nearly constant (16-bit values at a large offset), rstd is
+// large and multiplies it. The sum of 16-bit values at a large offset is exact (they share their
+// low bits), so sum - mean0 * cols is exact in one fma, and c = (sum - mean0 * cols) / cols is
+// the rounding. The squares taken about mean0 give the variance m2 / cols - c², and each output
+// is (x - mean0) * rstd - c * rstd: one FFMA. mean0 must be rounded once, on purpose: written
+// `sum * inv_cols`, the compiler fused each x - mean0 into an FFMA with the unrounded product,
+// which c, computed for the rounded one, then missed (fp16 rows of 184, 192 and 1000 at
+// 10^4 + N(0, 1) came out 69-209x the tolerance off, H200, 2026-11-27).
+__device__ __forceinline__ float rounded_mean(float sum, float inv_cols) { return __fmul_rn(sum, inv_cols); }
+__device__ __forceinline__ float mean_rounding(float sum, float mean0, long long cols, float inv_cols) {
+    return fmaf(-mean0, static_cast<float>(cols), sum) * inv_cols;
+}
+// m2 / cols + eps - c²: what rstd's rsqrt takes, with m2 the squares about mean0.
+__device__ __forceinline__ float variance_plus_eps(float m2, float rounding, float inv_cols, float eps) {
+    return fmaf(m2, inv_cols, eps) - rounding * rounding;
+}
+
 // Steps 2 and 3: a block per row, fused. The first walk over the row folds each
 // pack into the State (SumSquares: step 2; MeanM2: step 3's fix), ONE block
 // reduction merges the states (warp results in shared memory, one barrier), and
@@ -335,8 +354,8 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, co
 // The mean's rounding: fp32 rows take the shift x[row][0] off every value as they are
 // widened (why: above slice_mean_m2). 16-bit rows need no shift: their sum is exact
 // where the mean is large against the spread (values at a large offset share their low
-// bits), so the rounding of mean0 = sum * (1 / cols) is computed in one fma, as
-// layernorm_warp_rows computes it, and taken off in the output's FFMA. That saves every
+// bits), so the rounding of mean0 = sum * (1 / cols) is computed in one fma
+// (mean_rounding), and taken off in the output's FFMA. That saves every
 // lane a load that waits with the row. In rotated turns (H200, scratch, 2026-11-27, three
 // measurements, 256 MiB, us, shift -> fma (torch.compile)): fp16 524288 x 256 130.0 -> 129.5-129.6
 // (130.5-130.6), 134217 x 1000 132.3 -> 131.5-131.6 (132.6-132.7), 131072 x 1024 129.8-129.9 ->
@@ -377,10 +396,7 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     }
     const float inv_cols = 1.0f / static_cast<float>(cols);
     const float total = warp_reduce<Sum, GroupWidth>(sum);  // every lane sums, even past the last row
-    // 16-bit rows: the mean rounded once, as the correction below assumes. Written `total * inv_cols`,
-    // the compiler fused each `v - mean` into an FFMA with the unrounded product, which the
-    // correction then missed (fp16 rows of 192 at 10^4 + N(0, 1) failed the tolerance).
-    const float mean = kShifted ? total * inv_cols : __fmul_rn(total, inv_cols);
+    const float mean = kShifted ? total * inv_cols : rounded_mean(total, inv_cols);  // 16-bit: rounded once
     float m2 = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -393,11 +409,9 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     }
     m2 = warp_reduce<Sum, GroupWidth>(m2);
     if (row >= rows) return;  // ...but shuffles with the others first
-    // 16-bit rows: c, the mean's rounding (total - mean * cols is exact in one fma); the squares were
-    // taken about mean, c off the true mean, so the variance is m2 / cols - c², and each output
-    // (v - c) * rstd, one FFMA with -c * rstd. fp32 rows: no c, the plain forms.
-    const float correction = kShifted ? 0.0f : fmaf(-mean, static_cast<float>(cols), total) * inv_cols;
-    const float rstd = kShifted ? rsqrtf(m2 * inv_cols + eps) : rsqrtf(fmaf(m2, inv_cols, eps) - correction * correction);
+    // 16-bit rows: c, the mean's rounding (mean_rounding says how); fp32 rows: no c, the plain forms.
+    const float correction = kShifted ? 0.0f : mean_rounding(total, mean, cols, inv_cols);
+    const float rstd = kShifted ? rsqrtf(m2 * inv_cols + eps) : rsqrtf(variance_plus_eps(m2, correction, inv_cols, eps));
     const float output_shift = -correction * rstd;
     if (lane == 0) write_statistics(mean_out, rstd_out, row, kShifted ? shift + mean : mean + correction, rstd);
     P* out = reinterpret_cast<P*>(y + row * cols);
@@ -485,17 +499,13 @@ __device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P 
 // rows, kept in L1; every row's output computed before any is stored. Of ours: x through
 // the read-only path (ld.global.nc: 0.1-0.5% faster than its plain ld.global), rstd by the
 // approximate rsqrt with no denormal path (m2 / cols + eps >= eps), and the mean's rounding.
-// The mean's rounding: mean0 = sum * (1 / cols) is off by an ulp or so of the mean, which
-// x - mean0 keeps; where the row is nearly constant (16-bit values at a large offset: at
-// 10^4 most of N(0, 1) rounds to one fp16 value), rstd is large and multiplies it. Without
-// a fix, this kernel's outputs on such rows were 0.13-0.22 of their scale off (fp16 and bf16
-// rows of 184 to 248 values at 10^4 + N(0, 1), H200, 2026-11-26). The lane groups took
-// x[row][0] off every value first (fp32 ones still do); here that shift cost a shuffle from lane 0 that waits on
-// the row (0.8-2.2%) or a load by every lane (1.6-4.5%). Instead the rounding is computed:
-// sum - mean0 * cols is exact in one fma (the sum of 16-bit values at a large offset is
-// itself exact: they share their low bits), so c = (sum - mean0 * cols) / cols, the variance
-// is m2 / cols - c², and the output (x - mean0) * rstd - c * rstd: an FFMA where the
-// uncorrected output has an FMUL. Subtracting c from every value instead cost 0.6-1.9%.
+// The mean's rounding (mean_rounding above): at 10^4 most of N(0, 1) rounds to one fp16
+// value, and without it this kernel's outputs on such rows were 0.13-0.22 of their scale off
+// (fp16 and bf16 rows of 184 to 248 values at 10^4 + N(0, 1), H200, 2026-11-26). The lane
+// groups then took x[row][0] off every value first (fp32 ones still do); here that shift cost
+// a shuffle from lane 0 that waits on the row (0.8-2.2%) or a load by every lane (1.6-4.5%).
+// Computed, the rounding costs an FFMA where the uncorrected output has an FMUL; subtracting
+// c from every value instead cost 0.6-1.9%.
 // No statistics: written from here they cost 4-6% in the forms we tried (the dispatcher gives
 // rows whose mean and rstd are wanted to the lane groups), so the host refuses their pointers.
 template <typename T>
@@ -544,8 +554,8 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
     float m2[kRows], correction[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        const float mean0 = __fmul_rn(sum[r], inv_cols);  // rounded once: layernorm_warp_per_row says why
-        correction[r] = fmaf(-mean0, static_cast<float>(cols), sum[r]) * inv_cols;  // the mean's rounding
+        const float mean0 = rounded_mean(sum[r], inv_cols);
+        correction[r] = mean_rounding(sum[r], mean0, cols, inv_cols);
         m2[r] = 0.0f;
 #pragma unroll
         for (int k = 0; k < kPack; ++k) {
@@ -559,7 +569,7 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
     float rstd[kRows], shift[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        const float variance = fmaf(m2[r], inv_cols, eps) - correction[r] * correction[r];  // eps included
+        const float variance = variance_plus_eps(m2[r], correction[r], inv_cols, eps);
         asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(rstd[r]) : "f"(variance));
         shift[r] = -correction[r] * rstd[r];
     }
