@@ -101,7 +101,7 @@ __device__ __forceinline__ P load_read_once(const P* p) {
 // With EvictFirst the packs are loaded read-once (load_read_once, step 7).
 // Index is the type of the positions: long long for any n, int where the host
 // knows that n and every index stay below 2^31 (fewer instructions before the
-// first load; step 8 measures what that is worth).
+// first load; step 6 measures what that is worth).
 // Requires: x and y aligned to sizeof(Pack); the host falls back to the scalar
 // path (PackSize 1) for pointers that are not.
 template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst, typename Index = long long>
