@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .arith import ceil_div
 from .device import DeviceArray
 from .errors import InputError
 from .operands import (ElementwiseVariant, InputPool, full_pack, random_normal, torch_dtype, torch_module,
@@ -59,9 +60,9 @@ class CopyVariant(ElementwiseVariant):
     def grid(self, n: int, kernel) -> int:
         """Blocks to launch for n elements."""
         if self.kernel == "one_per_thread":
-            return -(-n // self.block_size)
+            return ceil_div(n, self.block_size)
         per_block = self.block_size * (self.pack_size * self.unroll if self.packed else 1)
-        needed = max(1, -(-n // per_block))
+        needed = max(1, ceil_div(n, per_block))
         if self.kernel == "packed":  # one chunk per thread: the grid covers the array
             return needed
         return self.one_wave(kernel, needed)

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
+from .arith import ceil_div
 from .operands import DTYPES
 from .paths import kernel_path
 
@@ -55,7 +56,7 @@ def plot_bandwidth(ax, series: dict, *, ceiling_gbs: float, label: str, x: str =
     if x in ("size", "cols"):
         ax.set_xscale("log", base=2)
         ticks = sorted({value(r) for rows in series.values() for r in rows if r is not None})
-        ticks = ticks[::-(-len(ticks) // 6)]  # at most six labels: they must not overlap
+        ticks = ticks[::ceil_div(len(ticks), 6)]  # at most six labels: they must not overlap
         ax.set_xticks(ticks)
         ax.set_xticklabels([size_label(t) if x == "size" else f"{t:,}" for t in ticks])
         ax.minorticks_off()

@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from . import device
+from .arith import ceil_div
 from .device import DeviceArray
 from .errors import InputError
 from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, full_pack, np_dtype,
@@ -136,13 +137,13 @@ class GeluVariant(ElementwiseVariant):
     def grid(self, n: int, kernel) -> int:
         if self.kernel == "packed":
             return packed_blocks(n, self.pack_size, self.block_size, self.packs_per_thread)
-        return self.one_wave(kernel, -(-n // self.block_size))
+        return self.one_wave(kernel, ceil_div(n, self.block_size))
 
 
 def packed_blocks(n: int, pack_size: int, block_size: int, packs_per_thread: int) -> int:
     """Blocks of gelu_packed for n elements: enough for the whole packs (the fewer than
     pack_size elements past them go to the first block's threads, one each)."""
-    return max(1, -(-(int(n) // pack_size) // (block_size * packs_per_thread)))
+    return max(1, ceil_div(int(n) // pack_size, block_size * packs_per_thread))
 
 
 def packs_per_thread_for(n: int, pack_size: int, block_size: int, sm_count: int = None) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import device
+from .arith import ceil_div
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
@@ -162,9 +163,9 @@ class LayerNormVariant:
 
     def grid(self, rows: int) -> int:
         if self.path == "warp":
-            return max(1, -(-rows // (self.block_size // self.group_width)))
+            return max(1, ceil_div(rows, self.block_size // self.group_width))
         if self.path == "warp_rows":
-            return max(1, -(-rows // WARP_ROWS_PER_WARP))
+            return max(1, ceil_div(rows, WARP_ROWS_PER_WARP))
         if self.path == "cluster":
             return rows * self.cluster_size
         return rows  # block_fused, streamed: a block per row
@@ -217,7 +218,7 @@ class LayerNormVariant:
         find_mean, find_rstd, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
         find_mean(rows, self.block_size, x, row_mean, rows, cols)
         find_rstd(rows, self.block_size, x, row_mean, row_rstd, rows, cols, np.float32(eps))
-        normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_mean, row_rstd, weight,
+        normalize(min(ceil_div(rows * cols, 256), device.gpu().sm_count * 8), 256, x, row_mean, row_rstd, weight,
                   bias, y, rows, cols)
 
 
@@ -346,14 +347,14 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
         block = PAIRS_NARROW_BLOCK if group < 32 else LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
         return LayerNormVariant("warp", dtype, 2, block, per_thread, group, early_affine=True)
     per_thread, group = lane_group_shape(cols, pack, itemsize, LANE_VALUES * itemsize)
-    packs = -(-cols // pack)
+    packs = ceil_div(cols, pack)
     if group == 32:  # a whole warp: each lane holds the packs it needs, no more (WARP_EXACT)
-        per_thread = -(-packs // 32) * pack
+        per_thread = ceil_div(packs, 32) * pack
     block = LANE_GROUP_BLOCK if per_thread <= LANE_VALUES else WIDE_LANE_BLOCK
     slots = group * per_thread // pack
     full = pack == full_pack(dtype)  # 16-byte packs
     if itemsize == 2 and full and group > 1 and 8 * packs <= 7 * slots:  # PART_FILLED
-        narrower = -(-packs // (group // 2)) * pack
+        narrower = ceil_div(packs, group // 2) * pack
         if narrower <= PART_FILLED_MOST:
             group, per_thread = group // 2, narrower
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import device
+from .arith import ceil_div
 from .bench import Unavailable
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
@@ -90,7 +91,7 @@ class SumVariant:
 
     def grid(self, n: int) -> int:
         per_block = self.block_size * (2 if self.step in TWO_PER_THREAD else 1)
-        needed = max(1, -(-n // per_block))
+        needed = max(1, ceil_div(n, per_block))
         if self.step in GRID_STRIDE:
             kernel = loaded_kernel(SOURCE, self.name_expression)
             return min(needed, device.gpu().sm_count * kernel.max_active_blocks_per_sm(self.block_size))
@@ -98,7 +99,7 @@ class SumVariant:
 
     def elements_per_thread(self, n: int) -> int:
         """How many inputs one thread adds up sequentially before the tree (for the bound)."""
-        return max(1, -(-n // (self.grid(n) * self.block_size)))
+        return max(1, ceil_div(n, self.grid(n) * self.block_size))
 
     def workspace(self, n: int) -> dict:
         """The buffers a sum of n elements needs, allocated once per size."""
@@ -257,7 +258,7 @@ class RowVariant:
             kernel(rows, self.block_size, x, y, cols)
         else:
             rows_per_block = self.block_size // self.group_width
-            kernel(-(-rows // rows_per_block), self.block_size, x, y, rows, cols)
+            kernel(ceil_div(rows, rows_per_block), self.block_size, x, y, rows, cols)
 
 
 def power_of_two_at_least(value: int) -> int:
@@ -269,8 +270,8 @@ def lane_group_shape(cols: int, pack: int, itemsize: int, least_bytes: int) -> t
     of a group of lanes: each lane holds a whole pack and at least ``least_bytes`` of the
     row (fewer lanes to reduce across), and the group, a power of two up to a warp, is
     just wide enough for the row."""
-    per_thread = max(pack, least_bytes // itemsize, power_of_two_at_least(-(-cols // 32)))
-    return per_thread, min(32, power_of_two_at_least(-(-cols // per_thread)))
+    per_thread = max(pack, least_bytes // itemsize, power_of_two_at_least(ceil_div(cols, 32)))
+    return per_thread, min(32, power_of_two_at_least(ceil_div(cols, per_thread)))
 
 
 # Rows of odd length load one value at a time (pack 1), and each value takes a register of its
@@ -303,7 +304,7 @@ def lone_value_shape(cols: int, blocks: tuple, clusters: bool) -> tuple[int, int
         shapes += [(block, 2 ** k) for block in LONE_CLUSTER_BLOCKS  # clusters of 2, 4, ... blocks
                    for k in range(1, LONE_LARGEST_CLUSTER.bit_length())]
     for block, cluster in shapes:
-        per_thread = -(-cols // (block * cluster))
+        per_thread = ceil_div(cols, block * cluster)
         if per_thread <= LONE_VALUES_MOST:
             return block, per_thread, cluster
     return None
@@ -317,10 +318,10 @@ def row_variant_for(cols: int, op: str = "sum") -> RowVariant:
     serve several short rows instead of idling most of its lanes. Longer rows get
     a block each: 256 threads, or 1024 for rows long enough that many loads in
     flight per row matter more than the last wave of blocks."""
-    packs = -(-max(cols, 1) // 4)
+    packs = ceil_div(max(cols, 1), 4)
     if cols <= 1024:
-        group = min(32, power_of_two_at_least(-(-packs // 2)))
-        return RowVariant(op, "warp", 256, min(8, power_of_two_at_least(-(-packs // group))), group)
+        group = min(32, power_of_two_at_least(ceil_div(packs, 2)))
+        return RowVariant(op, "warp", 256, min(8, power_of_two_at_least(ceil_div(packs, group))), group)
     return RowVariant(op, "block", 256 if cols <= 16384 else 1024, 4)
 
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import device
+from .arith import ceil_div
 from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
@@ -187,9 +188,9 @@ class SoftmaxVariant:
 
     def grid(self, rows: int, cols: int, kernel) -> int:
         if self.path == "warp":
-            return max(1, -(-rows // (self.block_size // self.group_width * self.rows_per_group)))
+            return max(1, ceil_div(rows, self.block_size // self.group_width * self.rows_per_group))
         if self.path == "ft_style":
-            return max(1, -(-rows // self.rows_per_block))
+            return max(1, ceil_div(rows, self.rows_per_block))
         if self.path == "cluster":
             return rows * self.cluster_size
         needed = self.shared_bytes(cols) + kernel.static_shared_bytes
@@ -256,7 +257,7 @@ class SoftmaxVariant:
         find_max, sum_exp, normalize = (loaded_kernel(SOURCE, n) for n in self.name_expressions)
         find_max(rows, self.block_size, x, row_max, rows, cols)
         sum_exp(rows, self.block_size, x, row_max, row_sum, rows, cols)
-        normalize(min(-(-rows * cols // 256), device.gpu().sm_count * 8), 256, x, row_max, row_sum, y, rows, cols)
+        normalize(min(ceil_div(rows * cols, 256), device.gpu().sm_count * 8), 256, x, row_max, row_sum, y, rows, cols)
 
 
 def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None) -> SoftmaxVariant:
@@ -264,7 +265,7 @@ def ft_style_for(rows: int, cols: int, dtype: str, *, per_head_rows: int = None)
     one block per row, or (per_head_rows given) one block per (batch, head) walking its rows."""
     if cols > 1024:
         raise InputError(f"the FasterTransformer-style kernel holds one element per thread: cols <= 1024, got {cols}")
-    return SoftmaxVariant("ft_style", dtype, 1, max(32, -(-cols // 32) * 32), rows_per_block=per_head_rows or 1)
+    return SoftmaxVariant("ft_style", dtype, 1, max(32, ceil_div(cols, 32) * 32), rows_per_block=per_head_rows or 1)
 
 
 class ClusterShape(NamedTuple):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arith import ceil_div
 from .device import DeviceArray, _driver, check, gpu
 
 
@@ -165,7 +166,7 @@ def time_interleaved(runs, *, reps: int = None, warmup: int = 3, flush: bool = T
         cu.cuEventDestroy(e)
     if reps is None:
         reps = int(np.clip(budget_ms / (once + (0.05 * len(runs) if flush else 0.0)), min_reps, max_reps))
-    reps = -(-reps // len(runs)) * len(runs)  # a whole number of rotations: every place equally often
+    reps = ceil_div(reps, len(runs)) * len(runs)  # a whole number of rotations: every place equally often
     times = np.empty((len(runs), reps))
     for start in range(0, reps, ROUNDS_PER_BATCH):
         rounds = range(start, min(reps, start + ROUNDS_PER_BATCH))

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import helpers
+from helpers.arith import ceil_div
 from helpers.device import DeviceArray
 from helpers.reduce_kernels import (FOLDS, LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant, random_signs,
                                     row_reduce, row_reference, row_variant_for,
@@ -79,7 +80,7 @@ def test_the_dispatcher_gives_short_rows_narrow_groups_and_long_rows_blocks():
         ("warp", 1), ("warp", 8), ("warp", 32), ("warp", 32), ("block", 32)]
     for cols in range(1, 1025):  # no lane ever has more than 8 packs to fold per row
         variant = row_variant_for(cols)
-        assert -(-cols // 4) <= variant.group_width * 8
+        assert ceil_div(cols, 4) <= variant.group_width * 8
 
 
 def test_rows_of_lone_values_get_the_smallest_shape_that_holds_them():
