@@ -25,7 +25,7 @@ from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_
                        full_pack, np_dtype, outputs_where_torch_puts_them, random_normal, row_scratch,
                        torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for,
                        written_over_poison)
-from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
+from .reduce_kernels import CLUSTER_SIZES, GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
 SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -33,7 +33,6 @@ PATHS = ("unfused", "block_fused", "warp", "warp_rows", "cluster", "streamed")
 SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
-CLUSTER_SIZES = (1, 2, 4, 8, 16)
 WARP_ROWS_PER_WARP = 4  # layernorm_warp_rows: the rows side by side in a warp (its block)
 UNFUSED_BLOCK = 256
 EPS = 1e-5  # torch.nn.functional.layer_norm's default

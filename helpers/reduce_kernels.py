@@ -289,6 +289,16 @@ def lane_group_shape(cols: int, pack: int, itemsize: int, least_bytes: int) -> t
 LONE_VALUES_MOST = 32  # values a thread holds, a register each (1024-thread blocks get 64 registers a thread)
 LONE_CLUSTER_BLOCKS = (256, 512)
 LONE_LARGEST_CLUSTER = 8
+CLUSTER_SIZES = (1, 2, 4, 8, 16)  # blocks per row on a cluster path (16: Hopper's non-portable maximum)
+
+
+def covering_cluster(cols: int, block: int, per_thread: int) -> int:
+    """Blocks per row, a power of two, for blocks of ``block`` threads holding ``per_thread``
+    values each to hold a row of ``cols`` between them (the panels' cluster shapes)."""
+    cluster = 1 << (max(1, ceil_div(cols, block * per_thread)) - 1).bit_length()
+    if cluster > CLUSTER_SIZES[-1]:
+        raise LaunchConfigError(f"a row of {cols} needs more than {CLUSTER_SIZES[-1]} blocks of {block} threads")
+    return cluster
 
 
 def lone_value_shape(cols: int, blocks: tuple, clusters: bool) -> tuple[int, int, int] | None:

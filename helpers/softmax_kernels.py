@@ -24,7 +24,7 @@ from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
                        full_pack, np_dtype, outputs_where_torch_puts_them, row_scratch,
                        torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, written_over_poison)
-from .reduce_kernels import GROUP_WIDTHS, lane_group_shape, lone_value_shape
+from .reduce_kernels import CLUSTER_SIZES, GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "softmax.cu"
 SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
@@ -33,7 +33,6 @@ PATHS = ("naive", "ft_style", "warp", "block_cached", "block_uncached", "cluster
 MAX_COLS_PER_THREAD = 32  # warp path: floats per thread for the row; beyond this it spills
 ROW_BYTES_PER_THREAD = 128  # cluster path: bytes of the row per thread, in 32 registers
 SHARED_BYTES_PER_THREAD = 128  # cluster path: bytes per thread it may keep in shared memory besides
-CLUSTER_SIZES = (1, 2, 4, 8, 16)  # blocks per row on the cluster path (16: Hopper's non-portable maximum)
 NAIVE_BLOCK = 256
 
 

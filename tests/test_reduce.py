@@ -5,9 +5,9 @@ import pytest
 import helpers
 from helpers.arith import ceil_div
 from helpers.device import DeviceArray
-from helpers.reduce_kernels import (FOLDS, LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant, random_signs,
-                                    row_reduce, row_reference, row_variant_for,
-                                    array_sum, bank_conflict_cycles, lone_value_shape, sum_variant_for)
+from helpers.reduce_kernels import (CLUSTER_SIZES, FOLDS, LADDER, ROW_KERNELS, ROW_OPS, RowVariant, SumVariant,
+                                    random_signs, row_reduce, row_reference, row_variant_for, array_sum,
+                                    bank_conflict_cycles, covering_cluster, lone_value_shape, sum_variant_for)
 
 
 def ops(variant):
@@ -102,6 +102,25 @@ def test_rows_of_lone_values_get_the_smallest_shape_that_holds_them():
             assert block == blocks[0] or cols > block // 2 * 32, (cols, shape)
     with pytest.raises(helpers.BookError, match="at least one value"):
         lone_value_shape(0, blocks, clusters=True)
+
+
+def test_the_panels_cluster_is_the_fewest_blocks_a_power_of_two_that_hold_the_row():
+    """covering_cluster, the cluster shape chapters 4 and 5 let the reader pick a block size
+    for: enough blocks to hold every value, a power of two, and no half of them idle."""
+    assert covering_cluster(1, 256, 16) == 1
+    assert covering_cluster(4096, 256, 16) == 1
+    assert covering_cluster(4097, 256, 16) == 2
+    assert covering_cluster(65536, 256, 32) == 8
+    for cols in range(1, 1 << 17, 97):
+        for block, per_thread in ((128, 16), (256, 32), (1024, 64)):
+            held = block * per_thread
+            if cols > 16 * held:
+                with pytest.raises(helpers.LaunchConfigError, match="more than 16 blocks"):
+                    covering_cluster(cols, block, per_thread)
+                continue
+            cluster = covering_cluster(cols, block, per_thread)
+            assert cluster in CLUSTER_SIZES and cluster * held >= cols, (cols, block, cluster)
+            assert cluster == 1 or cluster // 2 * held < cols, (cols, block, cluster)
 
 
 # ---------------------------------------------------------------- on the GPU
