@@ -1,5 +1,8 @@
 """Recordings: schema, atomic writes, replay, and stale figures."""
+import ast
+import inspect
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -8,6 +11,7 @@ import pytest
 import helpers
 from helpers import device
 from helpers.bench import Bench
+from helpers.display import kernel_source
 from helpers.paths import DATA, ROOT
 from helpers.record import Recording, sha256_of, source_hashes, stale_sources, validate
 
@@ -96,6 +100,32 @@ def test_notebook_outputs_come_from_the_recorded_gpu_run(notebook):
     text = json.dumps([c.get("outputs") for c in code])
     assert f"measured on {recording.device} on {recording.recorded}" in text
     assert "image/png" in text  # the figures are there
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_source_printed_in_the_recorded_notebooks_is_the_source_today(notebook):
+    """A recorded chapter shows code as it was when it ran: helpers printed with
+    inspect.getsource, kernels with show_kernel. The recording's hashes cover the kernels, not
+    the helpers, so a helper edited since would be shown as it was; this says which."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    namespace = {}
+    for cell in cells:  # the chapter's own imports from helpers
+        for statement in re.findall(r"^from helpers[\w.]* import (?:\([^)]*\)|.*)$", "".join(cell["source"]), re.M):
+            exec(statement, namespace)
+    shown = 0
+    for cell in cells:
+        source, outputs = "".join(cell["source"]), cell.get("outputs", [])
+        printed = "".join("".join(o["text"]) for o in outputs if o["output_type"] == "stream")
+        for name in re.findall(r"print\(inspect\.getsource\((\w+)\)\)", source):
+            assert inspect.getsource(namespace[name]) in printed, f"{notebook.name}: {name} is printed as it was"
+            shown += 1
+        markdown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+        for call in re.findall(r"show_kernel\(([^)]*)\)", source):
+            file, *names = ast.literal_eval(f"({call},)")
+            for name in names:
+                assert kernel_source(file, name) in markdown, f"{notebook.name}: {name} is shown as it was"
+                shown += 1
+    assert shown, f"{notebook.name} shows no source: is this test still reading it?"
 
 
 @pytest.fixture
