@@ -295,7 +295,7 @@ CLUSTER_SIZES = (1, 2, 4, 8, 16)  # blocks per row on a cluster path (16: Hopper
 def covering_cluster(cols: int, block: int, per_thread: int) -> int:
     """Blocks per row, a power of two, for blocks of ``block`` threads holding ``per_thread``
     values each to hold a row of ``cols`` between them (the panels' cluster shapes)."""
-    cluster = 1 << (max(1, ceil_div(cols, block * per_thread)) - 1).bit_length()
+    cluster = power_of_two_at_least(ceil_div(cols, block * per_thread))
     if cluster > CLUSTER_SIZES[-1]:
         raise LaunchConfigError(f"a row of {cols} needs more than {CLUSTER_SIZES[-1]} blocks of {block} threads")
     return cluster
