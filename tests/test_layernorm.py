@@ -247,9 +247,14 @@ def test_the_bytes_and_the_unfused_traffic():
 
 def _operands(rows, cols, dtype, rng, scale=3.0, offset=1.0):
     host = (rng.standard_normal((rows, cols)) * scale + offset).astype(np_dtype(dtype))
+    return (host, *_affine(cols, dtype, rng))
+
+
+def _affine(cols, dtype, rng):
+    """Fresh weight around 1 and bias around 0, as trained ones are."""
     weight = (1 + 0.5 * rng.standard_normal(cols)).astype(np_dtype(dtype))
     bias = (0.5 * rng.standard_normal(cols)).astype(np_dtype(dtype))
-    return host, weight, bias
+    return weight, bias
 
 
 def _run(fn, host, weight, bias, dtype, statistics=True):
@@ -344,7 +349,7 @@ def test_constant_rows_give_the_bias_and_a_finite_rstd(gpu):
         cols = v.max_cols() or 4096
         host = np.full((4, cols), 3.25, np.float32)
         host[1] = -7.0
-        _, weight, bias = _operands(4, cols, "float32", np.random.default_rng())
+        weight, bias = _affine(cols, "float32", np.random.default_rng())
         y, mean, rstd = _run(v.launch, host, weight, bias, "float32")
         assert np.isfinite(rstd).all() and np.allclose(rstd, 1 / np.sqrt(1e-5), rtol=1e-5), (v, rstd)
         assert np.array_equal(y, np.broadcast_to(bias, y.shape)), v  # x - mean is exactly 0
@@ -376,7 +381,7 @@ def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
         for host in (1e4 + rng.standard_normal((4099, cols)), np.full((4099, cols), 1e4), np.full((4099, cols), -3.25),
                      rng.standard_normal((4099, cols)) * 3.0 + 1.0):
             host = host.astype(np_dtype(dtype))
-            _, weight, bias = _operands(4099, cols, dtype, rng)
+            weight, bias = _affine(cols, dtype, rng)
             y, _, _ = _run(LayerNormVariant("warp_rows", dtype, 8, 32).launch, host, weight, bias, dtype, statistics=False)
             _check(host, weight, bias, dtype, y)
             y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
@@ -398,7 +403,7 @@ def test_16_bit_lane_groups_take_back_the_rounding_of_the_mean(gpu, dtype):
         for host in (1e4 + rng.standard_normal((4099, cols)), np.full((4099, cols), 1e4), np.full((4099, cols), -3.25),
                      -300 + rng.standard_normal((4099, cols)), rng.standard_normal((4099, cols)) * 3.0 + 1.0):
             host = host.astype(np_dtype(dtype))
-            _, weight, bias = _operands(4099, cols, dtype, rng)
+            weight, bias = _affine(cols, dtype, rng)
             y, mean, rstd = _run(variant.launch, host, weight, bias, dtype)
             _check(host, weight, bias, dtype, y, mean, rstd)
             y, _, _ = _run(variant.launch, host, weight, bias, dtype, statistics=False)
@@ -408,11 +413,11 @@ def test_16_bit_lane_groups_take_back_the_rounding_of_the_mean(gpu, dtype):
 def test_fp16_near_its_limits_and_tiny_spreads(gpu):
     rng = np.random.default_rng()
     big = (np.float16(60000) * np.sign(rng.standard_normal((8, 1000)))).astype(np.float16)  # x² overflows fp16
-    _, weight, bias = _operands(8, 1000, "float16", rng)
+    weight, bias = _affine(1000, "float16", rng)
     y, _, _ = _run(layer_norm, big, weight, bias, "float16")
     _check(big, weight, bias, "float16", y)
     tiny = (rng.standard_normal((8, 3000)) * 1e-3).astype(np.float16)  # subnormal squares, rstd near 1/sqrt(eps)
-    _, weight, bias = _operands(8, 3000, "float16", rng)
+    weight, bias = _affine(3000, "float16", rng)
     y, _, _ = _run(layer_norm, tiny, weight, bias, "float16")
     _check(tiny, weight, bias, "float16", y)
 
