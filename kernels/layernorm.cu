@@ -484,12 +484,33 @@ __device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P 
                  : "memory");
 }
 
+// The sums of a warp's four rows, each left in every lane, in 10 shuffles where a whole-warp
+// reduction of each would take 20 (and 20 adds). The first two levels trade rows instead of
+// reducing all four: across lanes 16 apart a lane keeps two rows' sums and sends the other two;
+// across lanes 8 apart, it keeps one and sends one. Three levels more finish the one row a
+// lane is left with, row (lane >> 3) & 3, and lane 8r hands row r's total to every lane.
+// Reducing row by row, layernorm_warp_rows compiled to 456 SASS instructions (sm_90), 40 of
+// them shuffles; with this, to 400, 20 of them (what that gained: the kernel's comment).
+__device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
+    const bool upper16 = lane & 16, upper8 = lane & 8;
+    const float send0 = upper16 ? sums[0] : sums[2], send1 = upper16 ? sums[1] : sums[3];
+    const float keep0 = upper16 ? sums[2] : sums[0], keep1 = upper16 ? sums[3] : sums[1];
+    const float pair0 = keep0 + __shfl_xor_sync(0xffffffffu, send0, 16);  // row 2 * upper16
+    const float pair1 = keep1 + __shfl_xor_sync(0xffffffffu, send1, 16);  // row 2 * upper16 + 1
+    float own = (upper8 ? pair1 : pair0) + __shfl_xor_sync(0xffffffffu, upper8 ? pair0 : pair1, 8);
+    own += __shfl_xor_sync(0xffffffffu, own, 4);
+    own += __shfl_xor_sync(0xffffffffu, own, 2);
+    own += __shfl_xor_sync(0xffffffffu, own, 1);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) sums[r] = __shfl_sync(0xffffffffu, own, 8 * r);
+}
+
 // Step 4, 16-bit rows of 23 to 31 packs (184 to 248 values; helpers/layernorm_kernels.py's
 // WARP_ROWS), laid out as torch.compile's generated kernel lays them out: a whole warp per
 // row, lane l holding the row's 16-byte pack l (lanes past the row idle), four rows side by
-// side in each warp (a block), their whole-warp shuffles independent, so they overlap. The
-// lane groups hold such a row in 8 lanes of three packs (192 values), or leave slots empty
-// (25 packs in 16 lanes of two); here each lane holds one pack of each of four rows.
+// side in each warp (a block). The lane groups hold such a row in 8 lanes of three packs (192
+// values), or leave slots empty (25 packs in 16 lanes of two); here each lane holds one pack of
+// each of four rows.
 // From that kernel's program, each measured against it (H200, scratch, 2026-11-26, rotated
 // turns, 16-bit rows of 192): the row kept as loaded, in 32-bit words, each value widened
 // from its word (halves held in a pack that starts at zero were first moved into registers
@@ -506,6 +527,17 @@ __device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P 
 // a shuffle from lane 0 that waits on the row (0.8-2.2%) or a load by every lane (1.6-4.5%).
 // Computed, the rounding costs an FFMA where the uncorrected output has an FMUL; subtracting
 // c from every value instead cost 0.6-1.9%.
+// Two more of ours, from our SASS read beside that kernel's (dumped on the H200, 2026-11-27).
+// It reduces each row by its own whole-warp shuffles, 40 in all, as this kernel did;
+// warp_sum_four_rows trades rows between lanes and takes 20. And each row's pack is one
+// offset from own_pack (an IMAD.WIDE a load, the four loads within 10 instructions), where
+// the pointer was rebuilt for each row (LDC, LEA, LEA.HI.X; the four loads over 35).
+// 456 -> 400 SASS instructions (torch.compile's kernel: 416). Speed over torch.compile's,
+// five measurements in rotated turns, 256 MiB (H200, scratch, 2026-11-27), before -> after:
+// bf16 184 values 0.979-0.980 -> 0.999, 192 0.997-0.998 -> 0.999-1.000, 248 0.997-0.998 ->
+// 0.998-0.999; fp16 184 0.993-0.994 -> 0.999-1.001, 192 level, 232 0.996-0.997 ->
+// 0.998-0.999. The exchange of rows alone gave most of it (bf16 184: 0.994), the offsets
+// alone 0.986.
 // No statistics: written from here they cost 4-6% in the forms we tried (the dispatcher gives
 // rows whose mean and rstd are wanted to the lane groups), so the host refuses their pointers.
 template <typename T>
@@ -520,18 +552,17 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
     const int row_packs = static_cast<int>(cols) / kPack;
     const int first = blockIdx.x * kRows;
     const bool lane_in = lane < row_packs;
-    const uint4* in = reinterpret_cast<const uint4*>(x) + first * row_packs + lane;
+    const int own_pack = first * row_packs + lane;  // this lane's pack of row `first` (of row first + r: + r * row_packs)
+    const uint4* in = reinterpret_cast<const uint4*>(x);
     // A lane past the row, or a row past the last, holds zeros: they add nothing to the sums.
     unsigned words[kRows][4];
     bool stored[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         stored[r] = lane_in && first + r < static_cast<int>(rows);
-        words[r][0] = words[r][1] = words[r][2] = words[r][3] = 0u;
-        if (stored[r]) {
-            const uint4 pack = in[r * row_packs];
-            words[r][0] = pack.x, words[r][1] = pack.y, words[r][2] = pack.z, words[r][3] = pack.w;
-        }
+        uint4 pack = make_uint4(0u, 0u, 0u, 0u);
+        if (stored[r]) pack = in[own_pack + r * row_packs];
+        words[r][0] = pack.x, words[r][1] = pack.y, words[r][2] = pack.z, words[r][3] = pack.w;
     }
     const float inv_cols = __fdividef(1.0f, static_cast<float>(cols));
     float v[kRows][kPack], sum[kRows];
@@ -544,8 +575,7 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
             sum[r] += v[r][k];
         }
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) sum[r] = warp_reduce<Sum>(sum[r]);
+    warp_sum_four_rows(sum, lane);
     P scale, offset;  // weight and bias, once the sums are under way
     if (lane_in) {
         scale = load_kept_in_l1(reinterpret_cast<const P*>(weight) + lane);
@@ -564,8 +594,7 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
         }
         m2[r] = lane_in ? m2[r] : 0.0f;  // an idle lane's zeros, less the mean, are not zero
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) m2[r] = warp_reduce<Sum>(m2[r]);
+    warp_sum_four_rows(m2, lane);
     float rstd[kRows], shift[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -579,7 +608,7 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
 #pragma unroll
         for (int k = 0; k < kPack; ++k)
             out[r].values[k] = narrow<T>(fmaf(v[r][k], rstd[r], shift[r]) * widen_at(scale, k) + widen_at(offset, k));
-    store_four_packs_if(reinterpret_cast<P*>(y) + first * row_packs + lane, row_packs, out, stored);
+    store_four_packs_if(reinterpret_cast<P*>(y) + own_pack, row_packs, out, stored);
 }
 
 // Step 4, long rows: the row in the registers of a block, or of a cluster of

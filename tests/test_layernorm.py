@@ -61,9 +61,9 @@ def test_16_bit_lane_groups_subtract_the_rounded_mean_from_every_value():
 
 def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst():
     """layernorm_warp_rows: a 16-byte load a row from the read-only path, weight and bias kept
-    in L1, no load value by value (no shift), the four rows' whole-warp shuffles (two sums of
-    five levels each), the four stores together after the last rsqrt, registers for 32 warps
-    an SM, nothing in local memory."""
+    in L1, no load value by value (no shift), the four rows' sums traded between lanes (two sums
+    of six butterfly shuffles and four broadcasts each: warp_sum_four_rows), the four stores
+    together after the last rsqrt, registers for 32 warps an SM, nothing in local memory."""
     for dtype in ("float16", "bfloat16"):
         v = LayerNormVariant("warp_rows", dtype, 8, 32)
         compiled = v.compiled(arch="sm_90")
@@ -71,7 +71,8 @@ def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst():
         ops = helpers.opcodes(sass)
         assert ops["LDG.E.128.CONSTANT"] == 4 and ops["LDG.E.EL.128"] == 2 and ops["STG.E.128"] == 4, ops
         assert sum(n for op, n in ops.items() if op.startswith(("LDG", "STG"))) == 10, ops
-        assert ops["SHFL.BFLY"] == 2 * 4 * 5 and ops["MUFU.RSQ"] == 4 and "BAR.SYNC.DEFER_BLOCKING" not in ops, ops
+        assert ops["SHFL.BFLY"] == 2 * 6 and ops["SHFL.IDX"] == 2 * 4, ops
+        assert ops["MUFU.RSQ"] == 4 and "BAR.SYNC.DEFER_BLOCKING" not in ops, ops
         lines = [line for line in sass.splitlines() if line.strip()]
         stores = [i for i, line in enumerate(lines) if "STG" in line]
         last_rsqrt = max(i for i, line in enumerate(lines) if "MUFU.RSQ" in line)
