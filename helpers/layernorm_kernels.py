@@ -329,7 +329,10 @@ HALF_EARLY_LANE_VALUES = 32
 # 224, 240 and 248 too, in all three (0.1-4.2%; least at fp16 208, 0.1-0.4%).
 # Not at 176 (fp16 4,061 -> 3,993, bf16 4,065 -> 3,905) nor 256 (4,118 -> 4,098; 4,127 -> 4,094),
 # nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
-# would not reach.
+# would not reach. The bounds were drawn before the kernel's rows shared their shuffles
+# (warp_sum_four_rows). Since then (H200, scratch, 2026-11-27, five measurements in rotated turns)
+# it has led the lane groups at 168 and 176 values too: fp16 by 2.0% and 0.3-0.4%, bf16 by 1.1% and
+# 0.1-0.2%. The lower bound is due a re-tune, with the shorter lengths timed and a new recording.
 WARP_ROWS_PACKS = (23, 31)
 
 
