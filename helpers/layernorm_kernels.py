@@ -332,7 +332,9 @@ HALF_EARLY_LANE_VALUES = 32
 # would not reach. The bounds were drawn before the kernel's rows shared their shuffles
 # (warp_sum_four_rows). Since then (H200, scratch, 2026-11-27, five measurements in rotated turns)
 # it has led the lane groups at 168 and 176 values too: fp16 by 2.0% and 0.3-0.4%, bf16 by 1.1% and
-# 0.1-0.2%. The lower bound is due a re-tune, with the shorter lengths timed and a new recording.
+# 0.1-0.2%; and below, the groups lead (same day, five measurements: they ran 2.7-3.7% faster at
+# 160, 2.9-4.1% at 152, 8-11% at 144, 25% at 128). So the rule should start at 21 packs (168 values);
+# it waits for the chapter's next recording.
 WARP_ROWS_PACKS = (23, 31)
 
 
