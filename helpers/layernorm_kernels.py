@@ -325,16 +325,16 @@ HALF_EARLY_LANE_VALUES = 32
 # lanes of three. In the chapter's recording (H200, 2026-11-26, 256 MiB, in turns with
 # torch.compile, GB/s, lane groups -> warp_rows): fp16 192 4,061 -> 4,089, 200 3,894 -> 4,059, 232
 # 3,925 -> 4,052; bf16 192 4,071 -> 4,077, 200 3,883 -> 4,061, 232 3,951 -> 4,051. A scratch run of
-# this kernel (H200, 2026-11-27, three measurements in rotated turns) had it ahead at 184, 208, 216,
-# 224, 240 and 248 too, in all three (0.1-4.2%; least at fp16 208, 0.1-0.4%).
-# Not at 176 (fp16 4,061 -> 3,993, bf16 4,065 -> 3,905) nor 256 (4,118 -> 4,098; 4,127 -> 4,094),
-# nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
-# would not reach. The bounds were drawn before the kernel's rows shared their shuffles
-# (warp_sum_four_rows). Since then (H200, scratch, 2026-11-27, five measurements in rotated turns)
-# it has led the lane groups at 168 and 176 values too: fp16 by 2.0% and 0.3-0.4%, bf16 by 1.1% and
-# 0.1-0.2%; and below, the groups lead (same day, five measurements: they ran 2.7-3.7% faster at
-# 160, 2.9-4.1% at 152, 8-11% at 144, 25% at 128). So the rule should start at 21 packs (168 values);
-# it waits for the chapter's next recording.
+# its form before warp_sum_four_rows (H200, 2026-11-27, three measurements in rotated turns) had it
+# ahead at 184, 208, 216, 224, 240 and 248 too, in all three (0.1-4.2%; least at fp16 208,
+# 0.1-0.4%). Not at 176 (fp16 4,061 -> 3,993, bf16 4,065 -> 3,905) nor 256 (4,118 -> 4,098;
+# 4,127 -> 4,094), nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where
+# its 32-bit offsets would not reach. The bounds were drawn with that form. Since then (H200,
+# scratch, 2026-11-27, five measurements in rotated turns) it has led the lane groups at 168 and
+# 176 values too: fp16 by 2.0% and 0.3-0.4%, bf16 by 1.1% and 0.1-0.2%; and below, the groups
+# lead (same day, five measurements: they ran 2.7-3.7% faster at 160, 2.9-4.1% at 152, 8-11% at
+# 144, 25% at 128). So the rule should start at 21 packs (168 values); it waits for the chapter's
+# next recording.
 WARP_ROWS_PACKS = (23, 31)
 
 

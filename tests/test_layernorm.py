@@ -370,6 +370,16 @@ def test_the_large_offset_breaks_the_sum_of_squares_and_not_welford(gpu):
         assert error < 10 * TOLERANCE["float32"], (v, error)
 
 
+def _rows_for_the_mean_rounding(rng, cols, dtype, offsets=(1e4,)):
+    """4099 rows (the last warp or block holds fewer) of each kind the 16-bit kernels' correction
+    of the mean's rounding must get right: N(0, 1) at each large offset (nearly constant once
+    rounded to 16 bits), constant rows at 1e4 and at -3.25, and N(1, 3²) rows."""
+    shape = (4099, cols)
+    kinds = [offset + rng.standard_normal(shape) for offset in offsets]
+    kinds += [np.full(shape, 1e4), np.full(shape, -3.25), rng.standard_normal(shape) * 3.0 + 1.0]
+    return [kind.astype(np_dtype(dtype)) for kind in kinds]
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
     # 16-bit rows at 10^4 + N(0, 1) are nearly constant once rounded (fp16's ulp there is 8),
@@ -379,9 +389,7 @@ def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
     # rows (the last warp holds three). Also through layer_norm() with statistics: the lane groups.
     rng = np.random.default_rng()
     for cols in (184, 192, 248):
-        for host in (1e4 + rng.standard_normal((4099, cols)), np.full((4099, cols), 1e4), np.full((4099, cols), -3.25),
-                     rng.standard_normal((4099, cols)) * 3.0 + 1.0):
-            host = host.astype(np_dtype(dtype))
+        for host in _rows_for_the_mean_rounding(rng, cols, dtype):
             weight, bias = _affine(cols, dtype, rng)
             y, _, _ = _run(LayerNormVariant("warp_rows", dtype, 8, 32).launch, host, weight, bias, dtype, statistics=False)
             _check(host, weight, bias, dtype, y)
@@ -401,9 +409,7 @@ def test_16_bit_lane_groups_take_back_the_rounding_of_the_mean(gpu, dtype):
     for cols in (7, 64, 256, 512, 1000, 1024):
         variant = variant_for(cols, dtype, widest_pack_for(cols, dtype))
         assert variant.path == "warp", variant
-        for host in (1e4 + rng.standard_normal((4099, cols)), np.full((4099, cols), 1e4), np.full((4099, cols), -3.25),
-                     -300 + rng.standard_normal((4099, cols)), rng.standard_normal((4099, cols)) * 3.0 + 1.0):
-            host = host.astype(np_dtype(dtype))
+        for host in _rows_for_the_mean_rounding(rng, cols, dtype, offsets=(1e4, -300)):
             weight, bias = _affine(cols, dtype, rng)
             y, mean, rstd = _run(variant.launch, host, weight, bias, dtype)
             _check(host, weight, bias, dtype, y, mean, rstd)
