@@ -1,7 +1,7 @@
 """Chapter 5's LayerNorm kernels (kernels/layernorm.cu), host side: the unfused
 three kernels, the fused block per row (sum and sum of squares, or Welford/Chan
 states), the row in registers of a lane group (short rows), of a whole warp holding
-four rows a pack a lane (16-bit rows of 184 to 248 values), or of a block or
+four rows a pack a lane (16-bit rows of 168 to 248 values), or of a block or
 thread-block cluster (long rows), the row read twice with cache hints (streamed),
 the dispatcher, and the measurements of chapter 5.
 
@@ -319,23 +319,17 @@ HALF_EARLY_LANE_VALUES = 32
 # 4017 -> 4169 (4202).
 
 
-# WARP_ROWS: 16-bit rows of 23 to 31 16-byte packs (184 to 248 values) take torch.compile's
+# WARP_ROWS: 16-bit rows of 21 to 31 16-byte packs (168 to 248 values) take torch.compile's
 # layout (layernorm_warp_rows: a pack a lane of a whole warp, four rows side by side), where the
 # lane groups leave slots empty (200 values: 25 packs in 16 lanes of two) or, at 192, fill 8
-# lanes of three. In the chapter's recording (H200, 2026-11-26, 256 MiB, in turns with
-# torch.compile, GB/s, lane groups -> warp_rows): fp16 192 4,061 -> 4,089, 200 3,894 -> 4,059, 232
-# 3,925 -> 4,052; bf16 192 4,071 -> 4,077, 200 3,883 -> 4,061, 232 3,951 -> 4,051. A scratch run of
-# its form before warp_sum_four_rows (H200, 2026-11-27, three measurements in rotated turns) had it
-# ahead at 184, 208, 216, 224, 240 and 248 too, in all three (0.1-4.2%; least at fp16 208,
-# 0.1-0.4%). Not at 176 (fp16 4,061 -> 3,993, bf16 4,065 -> 3,905) nor 256 (4,118 -> 4,098;
-# 4,127 -> 4,094), nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where
-# its 32-bit offsets would not reach. The bounds were drawn with that form. Since then (H200,
-# scratch, 2026-11-27, five measurements in rotated turns) it has led the lane groups at 168 and
-# 176 values too: fp16 by 2.0% and 0.3-0.4%, bf16 by 1.1% and 0.1-0.2%; and below, the groups
-# lead (same day, five measurements: they ran 2.7-3.7% faster at 160, 2.9-4.1% at 152, 8-11% at
-# 144, 25% at 128). So the rule should start at 21 packs (168 values); it waits for the chapter's
-# next recording.
-WARP_ROWS_PACKS = (23, 31)
+# lanes of three. Against the lane groups, five measurements in rotated turns each (H200, scratch,
+# 2026-11-27, 256 MiB, the kernel with warp_sum_four_rows): ahead at 168 values (fp16 +2.0%, bf16
+# +1.1%) and 176 (+0.3-0.4%, +0.1-0.2%); behind below (the groups ran 2.7-3.7% faster at 160,
+# 2.9-4.1% at 152, 8-11% at 144, 25% at 128). The chapter's recording times both from 160 to 256
+# values. Not at 256 (16 lanes of two packs fill every slot; the groups led by 0.3-0.8% in the
+# recording of 2026-11-27), nor where the mean and rstd are wanted (writing them cost it 4-6%),
+# nor where its 32-bit offsets would not reach.
+WARP_ROWS_PACKS = (21, 31)
 
 
 def warp_rows_offsets_fit(rows: int, cols: int) -> bool:
@@ -385,7 +379,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     torch.compile's kernel does; ``streamed=False`` gives the register path there instead
     (the chapter compares the two). Rows of odd length (pack 1) past 1024 values: a block,
     or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
-    or 2^17 (fp32); longer, the fused block. 16-bit rows of 184 to 248 values in 16-byte
+    or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248 values in 16-byte
     packs go to a whole warp per row, four rows a warp (WARP_ROWS), unless their mean and rstd
     are wanted (``statistics``) or ``rows`` of them would overflow its 32-bit offsets."""
     itemsize = np_dtype(dtype).itemsize

@@ -117,8 +117,8 @@ __device__ __forceinline__ float mean_rounding(float sum, float mean0, long long
     return fmaf(-mean0, static_cast<float>(cols), sum) * inv_cols;
 }
 // m2 / cols + eps - c²: what rstd's rsqrt takes, with m2 the squares about mean0.
-__device__ __forceinline__ float variance_plus_eps(float m2, float rounding, float inv_cols, float eps) {
-    return fmaf(m2, inv_cols, eps) - rounding * rounding;
+__device__ __forceinline__ float variance_plus_eps(float m2, float correction, float inv_cols, float eps) {
+    return fmaf(m2, inv_cols, eps) - correction * correction;
 }
 
 // Steps 2 and 3: a block per row, fused. The first walk over the row folds each
@@ -490,7 +490,8 @@ __device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P 
 // across lanes 8 apart, it keeps one and sends one. Three levels more finish the one row a
 // lane is left with, row (lane >> 3) & 3, and lane 8r hands row r's total to every lane.
 // Reducing row by row, layernorm_warp_rows compiled to 456 SASS instructions (sm_90), 40 of
-// them shuffles; with this, to 400, 20 of them (what that gained: the kernel's comment).
+// them shuffles; with this, to 424, 20 of them (and to 400 with its loads issued together; what
+// the two gained: the kernel's comment).
 __device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
     const bool upper16 = lane & 16, upper8 = lane & 8;
     const float send0 = upper16 ? sums[0] : sums[2], send1 = upper16 ? sums[1] : sums[3];
@@ -505,7 +506,7 @@ __device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
     for (int r = 0; r < 4; ++r) sums[r] = __shfl_sync(0xffffffffu, own, 8 * r);
 }
 
-// Step 4, 16-bit rows of 23 to 31 packs (184 to 248 values; helpers/layernorm_kernels.py's
+// Step 4, 16-bit rows of 21 to 31 packs (168 to 248 values; helpers/layernorm_kernels.py's
 // WARP_ROWS), laid out as torch.compile's generated kernel lays them out: a whole warp per
 // row, lane l holding the row's 16-byte pack l (lanes past the row idle), four rows side by
 // side in each warp (a block). The lane groups hold such a row in 8 lanes of three packs (192
