@@ -326,9 +326,9 @@ HALF_EARLY_LANE_VALUES = 32
 # 2026-11-27, 256 MiB, the kernel with warp_sum_four_rows): ahead at 168 values (fp16 +2.0%, bf16
 # +1.1%) and 176 (+0.3-0.4%, +0.1-0.2%); behind below (the groups ran 2.7-3.7% faster at 160,
 # 2.9-4.1% at 152, 8-11% at 144, 25% at 128). The chapter's recording times both from 160 to 256
-# values. Not at 256 (16 lanes of two packs fill every slot; the groups led by 0.3-0.8% in the
-# recording of 2026-11-27), nor where the mean and rstd are wanted (writing them cost it 4-6%),
-# nor where its 32-bit offsets would not reach.
+# values. Not at 256 (16 lanes of two packs fill every slot; the groups led by 0.5-0.6% in the
+# recording of 2026-11-27, 13:58 UTC), nor where the mean and rstd are wanted (writing them cost
+# it 4-6%), nor where its 32-bit offsets would not reach.
 WARP_ROWS_PACKS = (21, 31)
 
 
