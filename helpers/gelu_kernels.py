@@ -258,17 +258,26 @@ def gelu_error(x: np.ndarray, y: np.ndarray, math: str) -> float:
     return worst
 
 
+# PyTorch's GELU rounds its tanh form otherwise than ours: it is held to twice our bound.
+PEER_TOLERANCE_FACTOR = 2
+
+
+def within_tolerance(error: float, dtype: str, math: str, what: str, factor: float = 1) -> float:
+    """The error, or AssertionError past factor * TOLERANCE[(dtype, math)] (NaN counts as infinite)."""
+    tolerance = factor * TOLERANCE[(dtype, math)]
+    if not error <= tolerance:
+        raise AssertionError(f"{what}: error {error:.3g} exceeds the tolerance {tolerance:.1g} "
+                             "(NaN counts as infinite)")
+    return error
+
+
 def check_gelu(variant: GeluVariant, x: DeviceArray, y: DeviceArray, host: np.ndarray = None) -> float:
     """Poison y, run, and compare with float64; returns the error, raises past the tolerance."""
     if host is None:
         host = random_input(x.size, variant.dtype)
         x.copy_from(host)
     error = gelu_error(host, written_over_poison(y, lambda out: variant.launch(x, out)), variant.math)
-    tolerance = TOLERANCE[(variant.dtype, variant.math)]
-    if not error <= tolerance:
-        raise AssertionError(f"{variant.name_expression} on {x.size} elements: error {error:.3g} "
-                             f"exceeds the tolerance {tolerance:.1g} (NaN counts as infinite)")
-    return error
+    return within_tolerance(error, variant.dtype, variant.math, f"{variant.name_expression} on {x.size} elements")
 
 
 inputs = InputPool()
@@ -343,7 +352,9 @@ def _peer_setup(n: int, dtype: str, compiled: bool, check: bool, place: int = 0)
         y.poison()
         fn(t, out)
         torch.cuda.synchronize()
-        return gelu_error(host, y.to_numpy(), "tanh")
+        return within_tolerance(gelu_error(host, y.to_numpy(), "tanh"), dtype, "tanh",
+                                f"{'torch.compile' if compiled else 'torch'} GELU on {n} elements",
+                                PEER_TOLERANCE_FACTOR)
     return (lambda: fn(t, out)), (check_torch if check else None)
 
 
