@@ -1,7 +1,8 @@
 """Chapter 5's LayerNorm kernels (kernels/layernorm.cu), host side: the unfused
 three kernels, the fused block per row (sum and sum of squares, or Welford/Chan
 states), the row in registers of a lane group (short rows), of a whole warp holding
-four rows a pack a lane (16-bit rows of 168 to 248 values), or of a block or
+four rows a pack a lane or two rows of two or three packs a lane (16-bit rows of 168
+to 248, 344 to 504 and 568 to 760 values), or of a block or
 thread-block cluster (long rows), the row read twice with cache hints (streamed),
 the dispatcher, and the measurements of chapter 5.
 
@@ -33,7 +34,7 @@ PATHS = ("unfused", "block_fused", "warp", "warp_rows", "cluster", "streamed")
 SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
-WARP_ROWS_PER_WARP = 4  # layernorm_warp_rows: the rows side by side in a warp (its block)
+WARP_ROWS_LAYOUTS = ((8, 4), (16, 2), (24, 2))  # layernorm_warp_rows: (values a lane holds of each row, rows a warp)
 UNFUSED_BLOCK = 256
 EPS = 1e-5  # torch.nn.functional.layer_norm's default
 
@@ -56,6 +57,7 @@ class LayerNormVariant:
     statistics: str = "welford"  # block_fused: "welford" (MeanM2) or "sum_squares" (E[x²] - E[x]²)
     early_affine: bool = False  # register paths: weight and bias loaded with the row (True) or at the store
     cache_hints: bool = True  # streamed: keep the row in L1/L2 for the second read (evict_last, then evict_first)
+    rows_per_warp: int = 4  # warp_rows: rows side by side in a warp (its block), each lane holding cols_per_thread of each
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -88,8 +90,13 @@ class LayerNormVariant:
         if self.path == "warp_rows" and (np_dtype(self.dtype).itemsize != 2 or self.pack_size != 8 or
                                          self.block_size != 32):
             raise InputError("warp_rows holds 16-bit rows (float16, bfloat16) in 16-byte packs (pack_size 8), "
-                             f"four rows to a one-warp block (block_size 32); got {self.dtype}, pack_size "
+                             f"in one-warp blocks (block_size 32); got {self.dtype}, pack_size "
                              f"{self.pack_size}, block_size {self.block_size}")
+        if self.path == "warp_rows" and (self.cols_per_thread, self.rows_per_warp) not in WARP_ROWS_LAYOUTS:
+            raise InputError(f"warp_rows takes (cols_per_thread, rows_per_warp) from {WARP_ROWS_LAYOUTS}, got "
+                             f"({self.cols_per_thread}, {self.rows_per_warp})")
+        if self.rows_per_warp != 4 and self.path != "warp_rows":
+            raise InputError(f"rows_per_warp is a choice of the warp_rows path, not {self.path}")
 
     @property
     def name(self) -> str:
@@ -111,7 +118,7 @@ class LayerNormVariant:
         if self.path == "warp":
             return [f"layernorm_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, {b}, {early}>"]
         if self.path == "warp_rows":
-            return [f"layernorm_warp_rows<{t}>"]
+            return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}>"]
         return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}>"]
 
     @property
@@ -127,6 +134,8 @@ class LayerNormVariant:
                 config["early_affine"] = True
         if self.path == "warp":
             config["group_width"] = self.group_width
+        if self.path == "warp_rows":
+            config.update(cols_per_thread=self.cols_per_thread, rows_per_warp=self.rows_per_warp)
         if self.path == "cluster":
             config["cluster_size"] = self.cluster_size
         if self.path == "block_fused":
@@ -143,7 +152,7 @@ class LayerNormVariant:
         if self.path == "warp":
             return self.cols_per_thread * self.group_width
         if self.path == "warp_rows":
-            return 32 * self.pack_size  # a pack a lane
+            return 32 * self.cols_per_thread
         if self.path == "cluster":
             return self.cols_per_thread * self.block_size * self.cluster_size
         if self.path == "streamed":
@@ -164,7 +173,7 @@ class LayerNormVariant:
         if self.path == "warp":
             return max(1, ceil_div(rows, self.block_size // self.group_width))
         if self.path == "warp_rows":
-            return max(1, ceil_div(rows, WARP_ROWS_PER_WARP))
+            return max(1, ceil_div(rows, self.rows_per_warp))
         if self.path == "cluster":
             return rows * self.cluster_size
         return rows  # block_fused, streamed: a block per row
@@ -199,9 +208,9 @@ class LayerNormVariant:
             if mean is not None or rstd is not None:
                 raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 4-6%): use a lane-group "
                                  "variant; layer_norm() picks one when they are wanted")
-            if not warp_rows_offsets_fit(rows, cols):
-                raise InputError(f"{self.name_expression} computes offsets in 32 bits: (rows + 3) * cols / 8 must be "
-                                 f"below 2^31, got rows={rows}, cols={cols}")
+            if not warp_rows_offsets_fit(rows, cols, self.rows_per_warp):
+                raise InputError(f"{self.name_expression} computes offsets in 32 bits: (rows + {self.rows_per_warp - 1}) "
+                                 f"* cols / 8 must be below 2^31, got rows={rows}, cols={cols}")
         if rows == 0 or cols == 0:
             return
         if self.path == "unfused":
@@ -319,22 +328,39 @@ HALF_EARLY_LANE_VALUES = 32
 # 4017 -> 4169 (4202).
 
 
-# WARP_ROWS: 16-bit rows of 21 to 31 16-byte packs (168 to 248 values) take torch.compile's
-# layout (layernorm_warp_rows: a pack a lane of a whole warp, four rows side by side), where the
-# lane groups leave slots empty (200 values: 25 packs in 16 lanes of two) or, at 192, fill 8
-# lanes of three. Against the lane groups, five measurements in rotated turns each (H200, scratch,
-# 2026-11-27, 256 MiB, the kernel with warp_sum_four_rows): ahead at 168 values (fp16 +2.0%, bf16
-# +1.1%) and 176 (+0.3-0.4%, +0.1-0.2%); behind below (the groups ran 2.7-3.7% faster at 160,
-# 2.9-4.1% at 152, 8-11% at 144, 25% at 128). The chapter's recording times both from 160 to 256
-# values. Not at 256 (16 lanes of two packs fill every slot; the groups led by 0.5-0.6% in the
-# recording of 2026-11-27, 13:58 UTC), nor where the mean and rstd are wanted (writing them cost
-# it 4-6%), nor where its 32-bit offsets would not reach.
-WARP_ROWS_PACKS = (21, 31)
+# WARP_ROWS: 16-bit rows of 21 to 31, 43 to 63 and 71 to 95 16-byte packs (168 to 248, 344 to 504
+# and 568 to 760 values) take torch.compile's layout (layernorm_warp_rows: a whole warp per row, lane
+# l holding packs l, l + 32, ..., rows side by side in a warp: four rows of a pack a lane, two rows
+# of two or three), where the lane groups leave slots empty (200 values: 25 packs in 16 lanes of
+# two) or, at 192, fill 8 lanes of three. torch.compile runs XBLOCK 4 up to 256 values, 2 at 352 to
+# 480 and 1 at 704, each in one warp (its autotuner's picks, H200, 2026-11-27).
+# A pack a lane, against the lane groups, five measurements in rotated turns each (H200, scratch,
+# 2026-11-27, 256 MiB): ahead at 168 values (fp16 +2.0%, bf16 +1.1%) and 176 (+0.3-0.4%, +0.1-0.2%);
+# behind below (the groups ran 2.7-3.7% faster at 160, 2.9-4.1% at 152, 8-11% at 144, 25% at 128).
+# Not at 256 (16 lanes of two packs fill every slot; the groups led by 0.5-0.6%).
+# Two and three packs a lane, two rows a warp, against the lane groups, three measurements in
+# rotated turns at every 8 values from 264 to 504 and every 16 from 520 to 760 (H200, scratch,
+# 2026-11-27, 14:17 UTC, 256 MiB): two packs ahead from 344 to 504 values (fp16 +0.2-4.8%, bf16
+# -0.2 to +2.3%) and behind below 344 (from -1.7% at 336 to -12% at 264, where a lane's second pack
+# is in the row for 1 to 10 lanes of 32); three packs ahead in fp16 from 568 to 760 (+0-4.4%) and
+# behind at 520-552 (-1.3 to -3.7%). Against torch.compile (three measurements, same day): two packs
+# 0.997-1.000x at 352-480 (the groups 0.978-0.997x, but bf16 352 and 480, 1.002-1.037x), three
+# packs 0.998-0.999x at 704 (the groups 0.991-0.996x). Where a lane holds a pack of the row in
+# about two thirds of its slots or more the layout leads: 21 of 32, 43 of 64, 71 of 96.
+# The kernel as committed, against the groups (H200, 2026-11-27, 15:03 UTC, three measurements in
+# rotated turns): bf16 three packs -3.2% at 536 values, -1.4% at 552, level at 568 (+0.1%), +0.1 to
+# +5.0% from 584 to 760; rows that fill every slot level or behind (512: fp16 -0.2%, bf16 level; 768:
+# -0.2%, -0.4%), so the groups keep 512 and 768 as they keep 256. Timed in turns with torch.compile too
+# (the chapter's recording, 15:10 UTC) the lead is smaller: +0.2 to +1.8% in fp16, -0.5 to +0.8% in
+# bf16, behind the groups at bf16 480 (0.5%) and 568 (0.4%); see the section "Two rows a warp".
+# Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
+# would not reach.
+WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs, most, cols_per_thread, rows_per_warp)
 
 
-def warp_rows_offsets_fit(rows: int, cols: int) -> bool:
+def warp_rows_offsets_fit(rows: int, cols: int, rows_per_warp: int = 4) -> bool:
     """layernorm_warp_rows computes pack offsets in 32 bits, up to those of its last block's rows."""
-    return (int(rows) + WARP_ROWS_PER_WARP - 1) * (int(cols) // 8) < 2 ** 31
+    return (int(rows) + rows_per_warp - 1) * (int(cols) // 8) < 2 ** 31
 
 
 def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
@@ -379,14 +405,15 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     torch.compile's kernel does; ``streamed=False`` gives the register path there instead
     (the chapter compares the two). Rows of odd length (pack 1) past 1024 values: a block,
     or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
-    or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248 values in 16-byte
-    packs go to a whole warp per row, four rows a warp (WARP_ROWS), unless their mean and rstd
-    are wanted (``statistics``) or ``rows`` of them would overflow its 32-bit offsets."""
+    or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248, 344 to 504 and 568
+    to 760 values in 16-byte packs go to a whole warp per row, four rows a warp of a pack a lane, or
+    two rows of two or three (WARP_ROWS), unless their mean and rstd are wanted (``statistics``) or
+    ``rows`` of them would overflow its 32-bit offsets."""
     itemsize = np_dtype(dtype).itemsize
-    low, high = WARP_ROWS_PACKS
-    if itemsize == 2 and pack == 8 and cols % 8 == 0 and low <= cols // 8 <= high and not statistics \
-            and warp_rows_offsets_fit(rows, cols):
-        return LayerNormVariant("warp_rows", dtype, 8, 32)
+    if itemsize == 2 and pack == 8 and cols % 8 == 0 and not statistics:
+        for fewest, most, per_lane, rows_a_warp in WARP_ROWS:
+            if fewest <= cols // 8 <= most and warp_rows_offsets_fit(rows, cols, rows_a_warp):
+                return LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=rows_a_warp)
     if cols <= WARP_MAX_COLS:
         return lane_group_variant(cols, dtype, pack)
     if pack == 1:
@@ -594,6 +621,8 @@ def sanitizer_cases():
               for p in ("warp", "cluster") for shape in ((1, 8), (5, 120), (3, 128))]
     cases += [case(LayerNormVariant("warp_rows", d, 8, 32), shape) for d in ("float16", "bfloat16")
               for shape in ((1, 8), (5, 200), (7, 256), (4097, 192))]
+    cases += [case(LayerNormVariant("warp_rows", d, 8, 32, per_lane, rows_per_warp=2), shape) for d in ("float16", "bfloat16")
+              for per_lane in (16, 24) for shape in ((1, 8), (3, 8 * per_lane + 8), (5, 32 * per_lane))]
     cases += [dispatched(d, shape) for d in C_TYPES
               for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (7, 64), (5, 200), (5, 504), (3, 768), (3, 1024),
                             (2, 4097), (2, 100000), (1, 600000))]

@@ -458,65 +458,89 @@ __device__ __forceinline__ P load_kept_in_l1(const P* src) {
     return pack;
 }
 
-// Four 16-byte stores, each made only where wanted, as ONE asm block: the compiler then
-// computes all four packs first and issues the stores together, as torch.compile's
-// kernel does. Written as `if (wanted[r]) *dst = out[r]`, it moved each pack's arithmetic
-// into the branch around its store and spread the stores through the arithmetic, and
+// N 16-byte stores (N = 2 or 4; a stride apart), each made only where wanted, as ONE asm
+// block: the compiler then computes all N packs first and issues the stores together, as
+// torch.compile's kernel does. Written as `if (wanted[r]) *dst = out[r]`, it moved each pack's
+// arithmetic into the branch around its store and spread the stores through the arithmetic, and
 // layernorm_warp_rows ran 4.6-5.3% slower (H200, scratch, 2026-11-26, 16-bit rows of 192).
-template <typename P>
-__device__ __forceinline__ void store_four_packs_if(P* dst, int stride, const P (&out)[4], const bool (&wanted)[4]) {
-    static_assert(sizeof(P) == 16, "16-byte packs");
-    unsigned w[4][4];
-    memcpy(w, out, 64);
-    asm volatile("{\n\t.reg .pred p0, p1, p2, p3;\n\t"
-                 "setp.ne.u32 p0, %20, 0;\n\tsetp.ne.u32 p1, %21, 0;\n\t"
-                 "setp.ne.u32 p2, %22, 0;\n\tsetp.ne.u32 p3, %23, 0;\n\t"
-                 "@p0 st.global.v4.b32 [%0], {%4, %5, %6, %7};\n\t"
-                 "@p1 st.global.v4.b32 [%1], {%8, %9, %10, %11};\n\t"
-                 "@p2 st.global.v4.b32 [%2], {%12, %13, %14, %15};\n\t"
-                 "@p3 st.global.v4.b32 [%3], {%16, %17, %18, %19};\n\t}"
-                 ::"l"(dst), "l"(dst + stride), "l"(dst + 2 * stride), "l"(dst + 3 * stride),
-                   "r"(w[0][0]), "r"(w[0][1]), "r"(w[0][2]), "r"(w[0][3]), "r"(w[1][0]), "r"(w[1][1]), "r"(w[1][2]),
-                   "r"(w[1][3]), "r"(w[2][0]), "r"(w[2][1]), "r"(w[2][2]), "r"(w[2][3]), "r"(w[3][0]), "r"(w[3][1]),
-                   "r"(w[3][2]), "r"(w[3][3]), "r"(static_cast<unsigned>(wanted[0])),
-                   "r"(static_cast<unsigned>(wanted[1])), "r"(static_cast<unsigned>(wanted[2])),
-                   "r"(static_cast<unsigned>(wanted[3]))
-                 : "memory");
+template <int N, typename P>
+__device__ __forceinline__ void store_packs_if(P* dst, int stride, const P (&out)[N], const bool (&wanted)[N]) {
+    static_assert(sizeof(P) == 16 && (N == 2 || N == 4), "two or four 16-byte packs");
+    unsigned w[N][4];
+    memcpy(w, out, sizeof(w));
+    if constexpr (N == 4)
+        asm volatile("{\n\t.reg .pred p0, p1, p2, p3;\n\t"
+                     "setp.ne.u32 p0, %20, 0;\n\tsetp.ne.u32 p1, %21, 0;\n\t"
+                     "setp.ne.u32 p2, %22, 0;\n\tsetp.ne.u32 p3, %23, 0;\n\t"
+                     "@p0 st.global.v4.b32 [%0], {%4, %5, %6, %7};\n\t"
+                     "@p1 st.global.v4.b32 [%1], {%8, %9, %10, %11};\n\t"
+                     "@p2 st.global.v4.b32 [%2], {%12, %13, %14, %15};\n\t"
+                     "@p3 st.global.v4.b32 [%3], {%16, %17, %18, %19};\n\t}"
+                     ::"l"(dst), "l"(dst + stride), "l"(dst + 2 * stride), "l"(dst + 3 * stride),
+                       "r"(w[0][0]), "r"(w[0][1]), "r"(w[0][2]), "r"(w[0][3]), "r"(w[1][0]), "r"(w[1][1]),
+                       "r"(w[1][2]), "r"(w[1][3]), "r"(w[2][0]), "r"(w[2][1]), "r"(w[2][2]), "r"(w[2][3]),
+                       "r"(w[3][0]), "r"(w[3][1]), "r"(w[3][2]), "r"(w[3][3]), "r"(static_cast<unsigned>(wanted[0])),
+                       "r"(static_cast<unsigned>(wanted[1])), "r"(static_cast<unsigned>(wanted[2])),
+                       "r"(static_cast<unsigned>(wanted[3]))
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .pred p0, p1;\n\t"
+                     "setp.ne.u32 p0, %10, 0;\n\tsetp.ne.u32 p1, %11, 0;\n\t"
+                     "@p0 st.global.v4.b32 [%0], {%2, %3, %4, %5};\n\t"
+                     "@p1 st.global.v4.b32 [%1], {%6, %7, %8, %9};\n\t}"
+                     ::"l"(dst), "l"(dst + stride),
+                       "r"(w[0][0]), "r"(w[0][1]), "r"(w[0][2]), "r"(w[0][3]), "r"(w[1][0]), "r"(w[1][1]),
+                       "r"(w[1][2]), "r"(w[1][3]), "r"(static_cast<unsigned>(wanted[0])),
+                       "r"(static_cast<unsigned>(wanted[1]))
+                     : "memory");
 }
 
-// The sums of a warp's four rows, each left in every lane, in 10 shuffles where a whole-warp
-// reduction of each would take 20 (and 20 adds). The first two levels trade rows instead of
-// reducing all four: across lanes 16 apart a lane keeps two rows' sums and sends the other two;
-// across lanes 8 apart, it keeps one and sends one. Three levels more finish the one row a
-// lane is left with, row (lane >> 3) & 3, and lane 8r hands row r's total to every lane.
-// Reducing row by row, layernorm_warp_rows compiled to 456 SASS instructions (sm_90), 40 of
-// them shuffles; with this, to 424, 20 of them (and to 400 with its loads issued together; what
-// the two gained: the kernel's comment).
-__device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
-    const bool upper16 = lane & 16, upper8 = lane & 8;
-    const float send0 = upper16 ? sums[0] : sums[2], send1 = upper16 ? sums[1] : sums[3];
-    const float keep0 = upper16 ? sums[2] : sums[0], keep1 = upper16 ? sums[3] : sums[1];
-    const float pair0 = keep0 + __shfl_xor_sync(0xffffffffu, send0, 16);  // row 2 * upper16
-    const float pair1 = keep1 + __shfl_xor_sync(0xffffffffu, send1, 16);  // row 2 * upper16 + 1
-    float own = (upper8 ? pair1 : pair0) + __shfl_xor_sync(0xffffffffu, upper8 ? pair0 : pair1, 8);
-    own += __shfl_xor_sync(0xffffffffu, own, 4);
-    own += __shfl_xor_sync(0xffffffffu, own, 2);
-    own += __shfl_xor_sync(0xffffffffu, own, 1);
+// The sums of a warp's Rows rows (2 or 4), each left in every lane, in log2(32) + Rows shuffles
+// where a whole-warp reduction of each would take 5 * Rows (and as many adds). The first log2(Rows)
+// levels trade rows instead of reducing all of them: across lanes 16 apart a lane keeps half of
+// the rows' sums (the upper lane the upper half) and sends the other half; across lanes 8 apart,
+// half of what is left; and so on until a lane holds one row, row lane / (32 / Rows). The levels
+// left finish that row, and lane (32 / Rows) * r hands row r's total to every lane. Four rows:
+// 10 shuffles and 6 adds a sum, where there were 20 and 20. Reducing row by row,
+// layernorm_warp_rows<T, 1, 4> compiled to 456 SASS instructions (sm_90), 40 of them shuffles;
+// with this, to 424, 20 of them (and to 400 with its loads issued together; what the two gained:
+// the kernel's comment).
+template <int Rows>
+__device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
+    static_assert(Rows == 2 || Rows == 4, "two or four rows a warp");
+    float part[Rows];  // part[i]: the partial sum of the i-th row this lane still holds
 #pragma unroll
-    for (int r = 0; r < 4; ++r) sums[r] = __shfl_sync(0xffffffffu, own, 8 * r);
+    for (int r = 0; r < Rows; ++r) part[r] = sums[r];
+#pragma unroll
+    for (int held = Rows, across = 16; held > 1; held /= 2, across /= 2) {
+        const bool upper = lane & across;
+#pragma unroll
+        for (int i = 0; i < held / 2; ++i) {
+            const float keep = upper ? part[held / 2 + i] : part[i], send = upper ? part[i] : part[held / 2 + i];
+            part[i] = keep + __shfl_xor_sync(0xffffffffu, send, across);
+        }
+    }
+    float own = part[0];
+#pragma unroll
+    for (int across = 16 / Rows; across >= 1; across /= 2) own += __shfl_xor_sync(0xffffffffu, own, across);
+#pragma unroll
+    for (int r = 0; r < Rows; ++r) sums[r] = __shfl_sync(0xffffffffu, own, 32 / Rows * r);
 }
 
-// Step 4, 16-bit rows of 21 to 31 packs (168 to 248 values; helpers/layernorm_kernels.py's
-// WARP_ROWS), laid out as torch.compile's generated kernel lays them out: a whole warp per
-// row, lane l holding the row's 16-byte pack l (lanes past the row idle), four rows side by
-// side in each warp (a block). The lane groups hold such a row in 8 lanes of three packs (192
-// values), or leave slots empty (25 packs in 16 lanes of two); here each lane holds one pack of
-// each of four rows.
+// Step 4, 16-bit rows of 21 to 31 packs (168 to 248 values), and of 43 to 63 and 71 to 95
+// (344 to 504, 568 to 760; helpers/layernorm_kernels.py's WARP_ROWS), laid out as torch.compile's
+// generated kernel lays them out: a whole warp per row, lane l holding the row's 16-byte packs l,
+// l + 32, ... (Packs of them; lanes past the row idle), Rows rows side by side in each warp (a
+// block): four rows of a pack a lane, two rows of two or three. The lane groups hold a row of 192
+// values in 8 lanes of three packs, or leave slots empty (200 values: 25 packs in 16 lanes of
+// two); here each lane holds Packs packs of each of Rows rows.
+// Two and three packs a lane were measured in a scratch form of this kernel (H200, 2026-11-27;
+// the numbers are above WARP_ROWS); the rest of this comment measured a pack a lane, four rows.
 // From that kernel's program, each measured against it (H200, scratch, 2026-11-26, rotated
 // turns, 16-bit rows of 192): the row kept as loaded, in 32-bit words, each value widened
 // from its word (halves held in a pack that starts at zero were first moved into registers
-// of their own, 64 PRMTs, 1.2% slower); offsets in 32 bits (the host keeps (rows + 3) *
-// cols / 8 below 2^31; in 64 bits the compiler ordered the work otherwise, 0.5-2% slower);
+// of their own, 64 PRMTs, 1.2% slower); offsets in 32 bits (the host keeps (rows + Rows - 1)
+// * cols / 8 below 2^31; in 64 bits the compiler ordered the work otherwise, 0.5-2% slower);
 // weight and bias loaded once the first sums are issued, one pack a lane for all four
 // rows, kept in L1; every row's output computed before any is stored. Of ours: x through
 // the read-only path (ld.global.nc: 0.1-0.5% faster than its plain ld.global), rstd by the
@@ -530,7 +554,7 @@ __device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
 // c from every value instead cost 0.6-1.9%.
 // Two more of ours, from our SASS read beside that kernel's (dumped on the H200, 2026-11-27).
 // It reduces each row by its own whole-warp shuffles, 40 in all, as this kernel did;
-// warp_sum_four_rows trades rows between lanes and takes 20. And each row's pack is one
+// warp_sum_rows trades rows between lanes and takes 20. And each row's pack is one
 // offset from own_pack (an IMAD.WIDE a load, the four loads within 10 instructions), where
 // the pointer was rebuilt for each row (LDC, LEA, LEA.HI.X; the four loads over 35).
 // 456 -> 400 SASS instructions (torch.compile's kernel: 416). Speed over torch.compile's,
@@ -541,75 +565,91 @@ __device__ __forceinline__ void warp_sum_four_rows(float (&sums)[4], int lane) {
 // alone 0.986.
 // No statistics: written from here they cost 4-6% in the forms we tried (the dispatcher gives
 // rows whose mean and rstd are wanted to the lane groups), so the host refuses their pointers.
-template <typename T>
+template <typename T, int Packs, int Rows>
 __global__ void __launch_bounds__(32)
 layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                     T* __restrict__ y, float* __restrict__, float* __restrict__, long long rows, long long cols,
                     float eps) {
     static_assert(sizeof(T) == 2, "16-bit values");
-    constexpr int kRows = 4, kPack = 8;  // a warp's rows (torch.compile's XBLOCK), values a pack
+    constexpr int kPack = 8;  // values a pack
     using P = Pack<T, kPack>;
     const int lane = threadIdx.x % 32;  // one warp a block; % 32: the form measured (without, the SASS differs)
     const int row_packs = static_cast<int>(cols) / kPack;
-    const int first = blockIdx.x * kRows;
-    const bool lane_in = lane < row_packs;
-    const int own_pack = first * row_packs + lane;  // this lane's pack of row `first` (of row first + r: + r * row_packs)
+    const int first = blockIdx.x * Rows;  // this warp's first row
+    const int own_pack = first * row_packs + lane;  // the lane's first pack of row `first`; of row first + r,
+                                                    // pack p: + r * row_packs + 32 * p
     const uint4* in = reinterpret_cast<const uint4*>(x);
-    // A lane past the row, or a row past the last, holds zeros: they add nothing to the sums.
-    unsigned words[kRows][4];
-    bool stored[kRows];
+    bool in_row[Packs];  // pack p of the lane lies in the row
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        stored[r] = lane_in && first + r < static_cast<int>(rows);
-        uint4 pack = make_uint4(0u, 0u, 0u, 0u);
-        if (stored[r]) pack = in[own_pack + r * row_packs];
-        words[r][0] = pack.x, words[r][1] = pack.y, words[r][2] = pack.z, words[r][3] = pack.w;
-    }
+    for (int p = 0; p < Packs; ++p) in_row[p] = lane + 32 * p < row_packs;
+    // A pack past the row, or a row past the last, holds zeros: they add nothing to the sums.
+    unsigned words[Rows][Packs][4];
+    bool stored[Packs][Rows];
+#pragma unroll
+    for (int r = 0; r < Rows; ++r)
+#pragma unroll
+        for (int p = 0; p < Packs; ++p) {
+            stored[p][r] = in_row[p] && first + r < static_cast<int>(rows);
+            uint4 pack = make_uint4(0u, 0u, 0u, 0u);
+            if (stored[p][r]) pack = in[own_pack + r * row_packs + 32 * p];
+            words[r][p][0] = pack.x, words[r][p][1] = pack.y, words[r][p][2] = pack.z, words[r][p][3] = pack.w;
+        }
     const float inv_cols = __fdividef(1.0f, static_cast<float>(cols));
-    float v[kRows][kPack], sum[kRows];
+    float v[Rows][Packs * kPack], sum[Rows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < Rows; ++r) {
         sum[r] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kPack; ++k) {
-            v[r][k] = widen_half_of<T>(words[r][k / 2], k % 2);
+        for (int k = 0; k < Packs * kPack; ++k) {
+            v[r][k] = widen_half_of<T>(words[r][k / kPack][k % kPack / 2], k % 2);
             sum[r] += v[r][k];
         }
     }
-    warp_sum_four_rows(sum, lane);
-    P scale, offset;  // weight and bias, once the sums are under way
-    if (lane_in) {
-        scale = load_kept_in_l1(reinterpret_cast<const P*>(weight) + lane);
-        offset = load_kept_in_l1(reinterpret_cast<const P*>(bias) + lane);
-    }
-    float m2[kRows], correction[kRows];
+    warp_sum_rows<Rows>(sum, lane);
+    P scale[Packs], offset[Packs];  // weight and bias, once the sums are under way
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int p = 0; p < Packs; ++p)
+        if (in_row[p]) {
+            scale[p] = load_kept_in_l1(reinterpret_cast<const P*>(weight) + lane + 32 * p);
+            offset[p] = load_kept_in_l1(reinterpret_cast<const P*>(bias) + lane + 32 * p);
+        }
+    float m2[Rows], correction[Rows];
+#pragma unroll
+    for (int r = 0; r < Rows; ++r) {
         const float mean0 = rounded_mean(sum[r], inv_cols);
         correction[r] = mean_rounding(sum[r], mean0, cols, inv_cols);
-        m2[r] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kPack; ++k) {
-            v[r][k] -= mean0;
-            m2[r] += v[r][k] * v[r][k];
+        for (int p = 0; p < Packs; ++p) {
+            float squares = 0.0f;
+#pragma unroll
+            for (int k = p * kPack; k < (p + 1) * kPack; ++k) {
+                v[r][k] -= mean0;
+                squares += v[r][k] * v[r][k];
+            }
+            squares = in_row[p] ? squares : 0.0f;  // a pack past the row: its zeros, less the mean, are not zero
+            m2[r] = p == 0 ? squares : m2[r] + squares;
         }
-        m2[r] = lane_in ? m2[r] : 0.0f;  // an idle lane's zeros, less the mean, are not zero
     }
-    warp_sum_four_rows(m2, lane);
-    float rstd[kRows], shift[kRows];
+    warp_sum_rows<Rows>(m2, lane);
+    float rstd[Rows], shift[Rows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < Rows; ++r) {
         const float variance = variance_plus_eps(m2[r], correction[r], inv_cols, eps);
         asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(rstd[r]) : "f"(variance));
         shift[r] = -correction[r] * rstd[r];
     }
-    P out[kRows];
+    P out[Packs][Rows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int p = 0; p < Packs; ++p)
 #pragma unroll
-        for (int k = 0; k < kPack; ++k)
-            out[r].values[k] = narrow<T>(fmaf(v[r][k], rstd[r], shift[r]) * widen_at(scale, k) + widen_at(offset, k));
-    store_four_packs_if(reinterpret_cast<P*>(y) + own_pack, row_packs, out, stored);
+        for (int r = 0; r < Rows; ++r)
+#pragma unroll
+            for (int k = 0; k < kPack; ++k)
+                out[p][r].values[k] = narrow<T>(fmaf(v[r][p * kPack + k], rstd[r], shift[r]) * widen_at(scale[p], k) +
+                                                widen_at(offset[p], k));
+#pragma unroll
+    for (int p = 0; p < Packs; ++p)
+        store_packs_if<Rows>(reinterpret_cast<P*>(y) + own_pack + 32 * p, row_packs, out[p], stored[p]);
 }
 
 // Step 4, long rows: the row in the registers of a block, or of a cluster of

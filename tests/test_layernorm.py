@@ -9,7 +9,7 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, LayerNormVariant, bytes_moved, lane_group_variant,
+from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS, LayerNormVariant, bytes_moved, lane_group_variant,
                                        layer_norm, max_error, measure_dispatcher, offset_error, reference, variant_for,
                                        warp_rows_offsets_fit)
 from helpers.operands import np_dtype, widest_pack_for
@@ -59,26 +59,31 @@ def test_16_bit_lane_groups_subtract_the_rounded_mean_from_every_value():
             assert by_register and by_register.most_common(1)[0][1] >= v.cols_per_thread, (v, by_register)
 
 
-def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst():
-    """layernorm_warp_rows: a 16-byte load a row from the read-only path, weight and bias kept
-    in L1, no load value by value (no shift), the four rows' sums traded between lanes (two sums
-    of six butterfly shuffles and four broadcasts each: warp_sum_four_rows), the four stores
-    together after the last rsqrt, registers for 32 warps an SM, nothing in local memory."""
+@pytest.mark.parametrize("per_lane, rows_a_warp", WARP_ROWS_LAYOUTS)
+def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst(per_lane, rows_a_warp):
+    """layernorm_warp_rows: a 16-byte load a pack of each row from the read-only path, weight and
+    bias a pack a lane, kept in L1, no load value by value (no shift), the rows' sums traded between
+    lanes (warp_sum_rows: four rows, two sums of six butterfly shuffles and four broadcasts each;
+    two rows, five and two), the stores together after the last rsqrt, two registers or fewer
+    for each value a lane holds (32 warps an SM at 32 values), nothing in local memory."""
+    packs, trading_levels = per_lane // 8, rows_a_warp.bit_length() - 1
     for dtype in ("float16", "bfloat16"):
-        v = LayerNormVariant("warp_rows", dtype, 8, 32)
+        v = LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=rows_a_warp)
         compiled = v.compiled(arch="sm_90")
         sass = compiled.sass(v.name_expression)
         ops = helpers.opcodes(sass)
-        assert ops["LDG.E.128.CONSTANT"] == 4 and ops["LDG.E.EL.128"] == 2 and ops["STG.E.128"] == 4, ops
-        assert sum(n for op, n in ops.items() if op.startswith(("LDG", "STG"))) == 10, ops
-        assert ops["SHFL.BFLY"] == 2 * 6 and ops["SHFL.IDX"] == 2 * 4, ops
-        assert ops["MUFU.RSQ"] == 4 and "BAR.SYNC.DEFER_BLOCKING" not in ops, ops
+        loads = packs * rows_a_warp
+        assert ops["LDG.E.128.CONSTANT"] == loads and ops["LDG.E.EL.128"] == 2 * packs and ops["STG.E.128"] == loads, ops
+        assert sum(n for op, n in ops.items() if op.startswith(("LDG", "STG"))) == 2 * loads + 2 * packs, ops
+        assert ops["SHFL.BFLY"] == 2 * (rows_a_warp - 1 + 5 - trading_levels), ops
+        assert ops["SHFL.IDX"] == 2 * rows_a_warp, ops
+        assert ops["MUFU.RSQ"] == rows_a_warp and "BAR.SYNC.DEFER_BLOCKING" not in ops, ops
         lines = [line for line in sass.splitlines() if line.strip()]
         stores = [i for i, line in enumerate(lines) if "STG" in line]
         last_rsqrt = max(i for i, line in enumerate(lines) if "MUFU.RSQ" in line)
         assert min(stores) > last_rsqrt and not any("BSSY" in line for line in lines), (stores, last_rsqrt)
         resources = compiled.resources(v.name_expression)
-        assert resources.registers <= 64 and not resources.uses_local_memory, resources
+        assert resources.registers <= 2 * per_lane * rows_a_warp and not resources.uses_local_memory, resources
 
 
 def test_fp32_rows_of_a_power_of_two_length_move_pairs_of_floats():
@@ -160,7 +165,10 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                               (dict(path="streamed", pack_size=2), "16-byte packs"),
                                               (dict(cache_hints=False), "choice of the streamed path"),
                                               (dict(path="warp_rows", pack_size=4, block_size=32), "16-bit rows"),
-                                              (dict(path="warp_rows", dtype="float16", pack_size=8), "block_size 32")])
+                                              (dict(path="warp_rows", dtype="float16", pack_size=8), "block_size 32"),
+                                              (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
+                                                    cols_per_thread=16, rows_per_warp=4), "rows_per_warp"),
+                                              (dict(rows_per_warp=2), "choice of the warp_rows path")])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         LayerNormVariant(**kwargs)
@@ -186,22 +194,29 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     # each lane the packs it needs; one warp a block where that fills the group (PART_FILLED)
     assert lane_group_variant(192, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 8)
     assert lane_group_variant(200, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 64, 32, 8)
-    assert variant_for(640, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 40, 16)
-    assert variant_for(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
+    assert lane_group_variant(640, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 40, 16)
+    assert lane_group_variant(480, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 32)  # 60 of 64 slots
     assert variant_for(896, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 32, 32)  # 56 a lane: no
     assert variant_for(192, "float32", 4) == LayerNormVariant("warp", "float32", 4, 64, 16, 16)  # fp32: as it was
     assert variant_for(8, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 1)  # one lane: none narrower
-    # 16-bit rows of 21 to 31 16-byte packs: a whole warp a row, four rows a warp (WARP_ROWS); not
-    # where mean and rstd are wanted, nor past its 32-bit offsets, nor at 20 or 32 packs, nor in
-    # narrower packs or fp32
+    # 16-bit rows of 21 to 31 16-byte packs: a whole warp a row, four rows a warp (WARP_ROWS); of 43
+    # to 63 and 71 to 95, two rows a warp of two and three packs a lane; not where mean and rstd are
+    # wanted, nor past its 32-bit offsets, nor at 20, 32, 42, 64, 70 or 96 packs, nor in narrower
+    # packs or fp32
     rows_path = LayerNormVariant("warp_rows", "float16", 8, 32)
     assert variant_for(192, "float16", 8) == rows_path and variant_for(168, "float16", 8) == rows_path
+    for cols, per_lane in ((344, 16), (504, 16), (568, 24), (760, 24)):
+        assert variant_for(cols, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32, per_lane,
+                                                                    rows_per_warp=2), cols
     assert variant_for(248, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32)
     assert variant_for(192, "float16", 8, statistics=True) == lane_group_variant(192, "float16", 8)
     assert variant_for(192, "float16", 8, rows=1 << 28) == lane_group_variant(192, "float16", 8)
-    for cols, dtype, pack in ((160, "float16", 8), (256, "bfloat16", 8), (192, "float16", 4), (192, "float32", 4)):
+    for cols, dtype, pack in ((160, "float16", 8), (256, "bfloat16", 8), (336, "float16", 8), (512, "float16", 8),
+                              (560, "bfloat16", 8), (768, "float16", 8), (192, "float16", 4), (352, "float32", 4)):
         assert variant_for(cols, dtype, pack).path == "warp", (cols, dtype, pack)
     assert warp_rows_offsets_fit(89_478_482, 192) and not warp_rows_offsets_fit(89_478_483, 192)  # (r + 3) * 24 < 2^31
+    assert warp_rows_offsets_fit(48_806_445, 352, 2) and not warp_rows_offsets_fit(48_806_446, 352, 2)  # (r + 1) * 44
+    assert variant_for(352, "float16", 8, rows=1 << 26) == lane_group_variant(352, "float16", 8)
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
@@ -320,7 +335,8 @@ VARIANTS += [LayerNormVariant("unfused", "float16", 1, 256), LayerNormVariant("u
 VARIANTS += [LayerNormVariant("streamed", "float32", 4, 128, 16, cache_hints=h) for h in (True, False)]
 VARIANTS += [LayerNormVariant("streamed", "float32", 4, b, c) for b, c in ((256, 8), (512, 8), (512, 16))]
 VARIANTS += [LayerNormVariant("streamed", d, 8, 64, 32) for d in ("float16", "bfloat16")]
-VARIANTS += [LayerNormVariant("warp_rows", d, 8, 32) for d in ("float16", "bfloat16")]  # writes no statistics
+VARIANTS += [LayerNormVariant("warp_rows", d, 8, 32, c, rows_per_warp=r) for d in ("float16", "bfloat16")
+             for c, r in WARP_ROWS_LAYOUTS]  # writes no statistics
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name_expression)
@@ -386,12 +402,15 @@ def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
     # so rstd is large and multiplies any error of the mean: mean0 = sum * (1 / cols) is off
     # by an ulp or so, and without the correction such rows came out 0.13-0.22 of the
     # outputs' scale off (H200, 2026-11-26). Constant rows too (rstd 1/sqrt(eps)), and 4099
-    # rows (the last warp holds three). Also through layer_norm() with statistics: the lane groups.
+    # rows (the last warp holds three, or one). Every layout, at the ends of its lengths. Also
+    # through layer_norm() with statistics: the lane groups.
     rng = np.random.default_rng()
-    for cols in (168, 184, 192, 248):
+    for cols in (168, 184, 192, 248, 344, 504, 568, 760):
+        variant = variant_for(cols, dtype, 8)
+        assert variant.path == "warp_rows", variant
         for host in _rows_for_the_mean_rounding(rng, cols, dtype):
             weight, bias = _affine(cols, dtype, rng)
-            y, _, _ = _run(LayerNormVariant("warp_rows", dtype, 8, 32).launch, host, weight, bias, dtype, statistics=False)
+            y, _, _ = _run(variant.launch, host, weight, bias, dtype, statistics=False)
             _check(host, weight, bias, dtype, y)
             y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
             _check(host, weight, bias, dtype, y, mean, rstd)
