@@ -351,8 +351,9 @@ HALF_EARLY_LANE_VALUES = 32
 # rotated turns): bf16 three packs -3.2% at 536 values, -1.4% at 552, level at 568 (+0.1%), +0.1 to
 # +5.0% from 584 to 760; rows that fill every slot level or behind (512: fp16 -0.2%, bf16 level; 768:
 # -0.2%, -0.4%), so the groups keep 512 and 768 as they keep 256. Timed in turns with torch.compile too
-# (the chapter's recording, 15:10 UTC) the lead is smaller: +0.2 to +1.8% in fp16, -0.5 to +0.8% in
-# bf16, behind the groups at bf16 480 (0.5%) and 568 (0.4%); see the section "Two rows a warp".
+# (two recordings of the chapter, 15:10 and 15:35 UTC) the lead is smaller: +0.2 to +1.9% in fp16,
+# -0.5 to +0.8% in bf16, behind the groups at bf16 480 (0.5% in both) and 568 (0.4%, then 0.2%); see
+# the section "Two rows a warp".
 # Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
 # would not reach.
 WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs, most, cols_per_thread, rows_per_warp)

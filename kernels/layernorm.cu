@@ -495,16 +495,16 @@ __device__ __forceinline__ void store_packs_if(P* dst, int stride, const P (&out
                      : "memory");
 }
 
-// The sums of a warp's Rows rows (2 or 4), each left in every lane, in log2(32) + Rows shuffles
-// where a whole-warp reduction of each would take 5 * Rows (and as many adds). The first log2(Rows)
-// levels trade rows instead of reducing all of them: across lanes 16 apart a lane keeps half of
-// the rows' sums (the upper lane the upper half) and sends the other half; across lanes 8 apart,
-// half of what is left; and so on until a lane holds one row, row lane / (32 / Rows). The levels
-// left finish that row, and lane (32 / Rows) * r hands row r's total to every lane. Four rows:
-// 10 shuffles and 6 adds a sum, where there were 20 and 20. Reducing row by row,
-// layernorm_warp_rows<T, 1, 4> compiled to 456 SASS instructions (sm_90), 40 of them shuffles;
-// with this, to 424, 20 of them (and to 400 with its loads issued together; what the two gained:
-// the kernel's comment).
+// The sums of a warp's Rows rows (2 or 4), each left in every lane, in 2 * Rows + 4 - log2(Rows)
+// shuffles where a whole-warp reduction of each would take 5 * Rows (and as many adds). The first
+// log2(Rows) levels trade rows instead of reducing all of them: across lanes 16 apart a lane keeps
+// half of the rows' sums (the upper lane the upper half) and sends the other half; across lanes 8
+// apart, half of what is left; and so on until a lane holds one row, row lane / (32 / Rows). The
+// levels left finish that row, and lane (32 / Rows) * r hands row r's total to every lane. Four
+// rows: 10 shuffles and 6 adds a sum, where there were 20 and 20; two rows: 7 and 5, for 10 and 10.
+// Reducing row by row, layernorm_warp_rows<T, 1, 4> compiled to 456 SASS instructions (sm_90), 40
+// of them shuffles; with this, to 424, 20 of them (and to 400 with its loads issued together; what
+// the two gained: the kernel's comment).
 template <int Rows>
 __device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
     static_assert(Rows == 2 || Rows == 4, "two or four rows a warp");
@@ -534,8 +534,9 @@ __device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
 // block): four rows of a pack a lane, two rows of two or three. The lane groups hold a row of 192
 // values in 8 lanes of three packs, or leave slots empty (200 values: 25 packs in 16 lanes of
 // two); here each lane holds Packs packs of each of Rows rows.
-// Two and three packs a lane were measured in a scratch form of this kernel (H200, 2026-11-27;
-// the numbers are above WARP_ROWS); the rest of this comment measured a pack a lane, four rows.
+// Two and three packs a lane were measured in a scratch form of this kernel, then as committed
+// (H200, 2026-11-27; the numbers are above WARP_ROWS, and in the chapter's section "Two rows a
+// warp"); the rest of this comment measured a pack a lane, four rows.
 // From that kernel's program, each measured against it (H200, scratch, 2026-11-26, rotated
 // turns, 16-bit rows of 192): the row kept as loaded, in 32-bit words, each value widened
 // from its word (halves held in a pack that starts at zero were first moved into registers
@@ -557,8 +558,10 @@ __device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
 // warp_sum_rows trades rows between lanes and takes 20. And each row's pack is one
 // offset from own_pack (an IMAD.WIDE a load, the four loads within 10 instructions), where
 // the pointer was rebuilt for each row (LDC, LEA, LEA.HI.X; the four loads over 35).
-// 456 -> 400 SASS instructions (torch.compile's kernel: 416). Speed over torch.compile's,
-// five measurements in rotated turns, 256 MiB (H200, scratch, 2026-11-27), before -> after:
+// 456 -> 400 SASS instructions (torch.compile's kernel: 416; written for any Packs and Rows, as
+// now, the four-row form compiles to 392, the same loads, shuffles and stores). Speed over
+// torch.compile's, five measurements in rotated turns, 256 MiB (H200, scratch, 2026-11-27),
+// before -> after:
 // bf16 184 values 0.979-0.980 -> 0.999, 192 0.997-0.998 -> 0.999-1.000, 248 0.997-0.998 ->
 // 0.998-0.999; fp16 184 0.993-0.994 -> 0.999-1.001, 192 level, 232 0.996-0.997 ->
 // 0.998-0.999. The exchange of rows alone gave most of it (bf16 184: 0.994), the offsets
