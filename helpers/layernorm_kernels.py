@@ -34,7 +34,6 @@ PATHS = ("unfused", "block_fused", "warp", "warp_rows", "cluster", "streamed")
 SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
 ROW_BYTES_PER_THREAD = 128  # register paths: bytes of the row per thread (32 registers)
-WARP_ROWS_LAYOUTS = ((8, 4), (16, 2), (24, 2))  # layernorm_warp_rows: (values a lane holds of each row, rows a warp)
 UNFUSED_BLOCK = 256
 EPS = 1e-5  # torch.nn.functional.layer_norm's default
 
@@ -359,6 +358,8 @@ HALF_EARLY_LANE_VALUES = 32
 # Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
 # would not reach.
 WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs, most, cols_per_thread, rows_per_warp)
+# layernorm_warp_rows' layouts, (values a lane holds of each row, rows a warp): the dispatcher's, and no other
+WARP_ROWS_LAYOUTS = tuple((per_lane, rows_a_warp) for _, _, per_lane, rows_a_warp in WARP_ROWS)
 
 
 def warp_rows_offsets_fit(rows: int, cols: int, rows_per_warp: int = 4) -> bool:
