@@ -18,7 +18,7 @@ from .arith import ceil_div
 from .device import DeviceArray
 from .errors import InputError
 from .operands import (C_TYPES, ElementwiseVariant, HostReferences, InputPool, full_pack, np_dtype,
-                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, written_over_poison)
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, within, written_over_poison)
 
 SOURCE = "gelu.cu"
 SOURCES = ["kernels/gelu.cu", "kernels/pack.cuh", "kernels/convert.cuh"]
@@ -264,11 +264,7 @@ PEER_TOLERANCE_FACTOR = 2
 
 def within_tolerance(error: float, dtype: str, math: str, what: str, factor: float = 1) -> float:
     """The error, or AssertionError past factor * TOLERANCE[(dtype, math)] (NaN counts as infinite)."""
-    tolerance = factor * TOLERANCE[(dtype, math)]
-    if not error <= tolerance:
-        raise AssertionError(f"{what}: error {error:.3g} exceeds the tolerance {tolerance:.1g} "
-                             "(NaN counts as infinite)")
-    return error
+    return within(error, factor * TOLERANCE[(dtype, math)], what)
 
 
 def check_gelu(variant: GeluVariant, x: DeviceArray, y: DeviceArray, host: np.ndarray = None) -> float:

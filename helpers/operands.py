@@ -134,11 +134,17 @@ def check_by_rows(what: str, out: np.ndarray, host: np.ndarray, dtype: str, tole
     """The largest error of ``out`` against the float64 reference of ``host``: the reference
     ``reference_rows(host)`` computed once per input and ``kind`` (``references``, a
     HostReferences) and both on blocks of rows (by_rows, max_by_rows); ``error_rows(out,
-    *reference)`` gives the largest error of its rows. Raises beyond ``tolerance``, NaN included."""
+    *reference)`` gives the largest error of its rows. Raises past ``tolerance`` (within), NaN included."""
     reference = references.get(host, kind, lambda h: by_rows(reference_rows, h))
     error = max_by_rows(error_rows, out, *(reference if isinstance(reference, tuple) else (reference,)))
-    if not error <= tolerance:  # also catches NaN
-        raise AssertionError(f"{what} on {host.shape} {dtype}: error {error:.3g} beyond {tolerance:.3g}")
+    return within(error, tolerance, f"{what} on {host.shape} {dtype}")
+
+
+def within(error: float, tolerance: float, what: str) -> float:
+    """The error, or AssertionError past the tolerance (NaN counts as infinite)."""
+    if not error <= tolerance:
+        raise AssertionError(f"{what}: error {error:.3g} exceeds the tolerance {tolerance:.3g} "
+                             "(NaN counts as infinite)")
     return error
 
 
