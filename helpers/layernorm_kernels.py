@@ -57,6 +57,7 @@ class LayerNormVariant:
     early_affine: bool = False  # register paths: weight and bias loaded with the row (True) or at the store
     cache_hints: bool = True  # streamed: keep the row in L1/L2 for the second read (evict_last, then evict_first)
     rows_per_warp: int = 4  # warp_rows: rows side by side in a warp (its block), each lane holding cols_per_thread of each
+    row_length: int = 0  # warp_rows: the row length compiled in (the kernel then takes rows of that length only); 0: none
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -96,6 +97,12 @@ class LayerNormVariant:
                              f"({self.cols_per_thread}, {self.rows_per_warp})")
         if self.rows_per_warp != 4 and self.path != "warp_rows":
             raise InputError(f"rows_per_warp is a choice of the warp_rows path, not {self.path}")
+        if self.row_length and self.path != "warp_rows":
+            raise InputError(f"row_length is a choice of the warp_rows path, not {self.path}")
+        if self.row_length and not (self.row_length % 8 == 0 and
+                                    0 < self.row_length <= 32 * self.cols_per_thread):
+            raise InputError(f"warp_rows with {self.cols_per_thread} values a lane compiles in a row length that is a "
+                             f"whole number of 16-byte packs up to {32 * self.cols_per_thread}, got {self.row_length}")
 
     @property
     def name(self) -> str:
@@ -117,7 +124,8 @@ class LayerNormVariant:
         if self.path == "warp":
             return [f"layernorm_warp_per_row<{t}, {p}, {self.cols_per_thread}, {self.group_width}, {b}, {early}>"]
         if self.path == "warp_rows":
-            return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}>"]
+            length = f", {self.row_length}" if self.row_length else ""
+            return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}{length}>"]
         return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}>"]
 
     @property
@@ -135,6 +143,8 @@ class LayerNormVariant:
             config["group_width"] = self.group_width
         if self.path == "warp_rows":
             config.update(cols_per_thread=self.cols_per_thread, rows_per_warp=self.rows_per_warp)
+            if self.row_length:
+                config["row_length"] = self.row_length
         if self.path == "cluster":
             config["cluster_size"] = self.cluster_size
         if self.path == "block_fused":
@@ -207,6 +217,9 @@ class LayerNormVariant:
             if mean is not None or rstd is not None:
                 raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 4-6%): use a lane-group "
                                  "variant; layer_norm() picks one when they are wanted")
+            if self.row_length and cols != self.row_length:
+                raise InputError(f"{self.name_expression} has the row length {self.row_length} compiled in, got rows "
+                                 f"of {cols}")
             if not warp_rows_offsets_fit(rows, cols, self.rows_per_warp):
                 raise InputError(f"{self.name_expression} computes offsets in 32 bits: (rows + {self.rows_per_warp - 1}) "
                                  f"* cols / 8 must be below 2^31, got rows={rows}, cols={cols}")
@@ -350,9 +363,9 @@ HALF_EARLY_LANE_VALUES = 32
 # rotated turns): bf16 three packs -3.2% at 536 values, -1.4% at 552, level at 568 (+0.1%), +0.1 to
 # +5.0% from 584 to 760; rows that fill every slot level or behind (512: fp16 -0.2%, bf16 level; 768:
 # -0.2%, -0.4%), so the groups keep 512 and 768 as they keep 256. Timed in turns with torch.compile too
-# (two recordings of the chapter, 15:10 and 15:35 UTC) the lead is smaller: +0.2 to +1.9% in fp16,
-# -0.5 to +0.8% in bf16, behind the groups at bf16 480 (0.5% in both) and 568 (0.4%, then 0.2%); see
-# the section "Two rows a warp". bf16 every 8 values from 456 to 504 (15:55 UTC, three measurements
+# (three recordings of the chapter, 15:10, 15:35 and 19:55 UTC) the lead is smaller: +0.2 to +2.2% in
+# fp16, -0.5 to +2.0% in bf16, behind the groups at bf16 480 (0.5%, 0.5%, 0.4%) and 568 (0.4%, 0.2%,
+# 0.3%; with the length compiled in, 1.2% ahead); see the section "Two rows a warp". bf16 every 8 values from 456 to 504 (15:55 UTC, three measurements
 # with torch.compile in the turns): behind the groups by 0.2% at 480 and 496 only (60 and 62 packs,
 # where the groups are as fast as torch.compile), 0.8-2.0% ahead at the others; one rule for both dtypes.
 # Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
@@ -361,10 +374,38 @@ WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs,
 # layernorm_warp_rows' layouts, (values a lane holds of each row, rows a warp): the dispatcher's, and no other
 WARP_ROWS_LAYOUTS = tuple((per_lane, rows_a_warp) for _, _, per_lane, rows_a_warp in WARP_ROWS)
 
+# ROW_LENGTH_COMPILED_IN: rows of these lengths (in 16-byte packs) get a warp_rows kernel with the row
+# length compiled in (row_length), as torch.compile compiles it in: where a lane's last pack lies
+# past the row for many lanes. The compiled-in kernel over the one that takes the length as an
+# argument, both alone in rotated turns, three measurements (H200, scratch, 2026-11-27, 16:22 UTC,
+# 256 MiB, fp16 and bf16): 168 +1.2-2.0%, 176 +0.3-0.7%, 184 -0.0 to -0.2%; 344 +0.6-1.1%, 360
+# +0.1-0.3%, 376 -0.0 to -0.1%; 568 +0.9-1.8%, 600 +0.3-0.8%, 632 -0.2 to +0.1%; and from 664 to 768
+# values -0.1 to -0.7%. With torch.compile in the turns (16:17 UTC): fp16 168 0.990 -> 1.002-1.003x
+# its speed, bf16 168 +1.7-1.8%, fp16 176 +0.3%, fp16 352 +0.5%. Not measured on the H200 at 608-624
+# values: the bound 75 packs is the last length measured to gain (600).
+# On the H100 (scratch, 2026-11-27, 16:56 UTC, three measurements in rotated turns with the groups and
+# torch.compile, 160-184, 336-376 and 552-632 values) the two forms ran level (-0.1 to +0.1%), both at
+# 0.997-1.002x torch.compile: at 3.35 TB/s a warp has time for the instructions the H200 lacks.
+# In the chapter's recording (H200, 2026-11-27, 19:55 UTC, in turns with the groups, the length as an
+# argument and torch.compile): 168 +1.2% (fp16; 0.991 -> 1.003x torch.compile) and +1.7% (bf16), 176
+# +0.1% and +0.5%, 344-352 +0.3 to +1.0%, 360 level, 568 +0.9% and +1.5%, 600 +0.5% and +0.9%.
+ROW_LENGTH_COMPILED_IN = ((21, 22), (43, 45), (71, 75))
+
 
 def warp_rows_offsets_fit(rows: int, cols: int, rows_per_warp: int = 4) -> bool:
     """layernorm_warp_rows computes pack offsets in 32 bits, up to those of its last block's rows."""
     return (int(rows) + rows_per_warp - 1) * (int(cols) // 8) < 2 ** 31
+
+
+def warp_rows_layout(cols: int, dtype: str, *, compiled_in: bool = False) -> LayerNormVariant:
+    """The layernorm_warp_rows variant whose lanes hold just enough 16-byte packs of a 16-bit row of
+    ``cols`` values: a pack a lane, four rows a warp, up to 256 values; two or three packs, two rows,
+    up to 768 (WARP_ROWS_LAYOUTS). ``compiled_in``: with the row length compiled in (row_length)."""
+    if np_dtype(dtype).itemsize != 2 or cols % 8 or not 0 < cols <= 768:
+        raise InputError(f"warp_rows takes 16-bit rows of 8 to 768 values in 16-byte packs, got {cols} {dtype}")
+    per_lane = 8 * ceil_div(cols, 256)
+    return LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=dict(WARP_ROWS_LAYOUTS)[per_lane],
+                            row_length=cols if compiled_in else 0)
 
 
 def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
@@ -412,12 +453,14 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248, 344 to 504 and 568
     to 760 values in 16-byte packs go to a whole warp per row, four rows a warp of a pack a lane, or
     two rows of two or three (WARP_ROWS), unless their mean and rstd are wanted (``statistics``) or
-    ``rows`` of them would overflow its 32-bit offsets."""
+    ``rows`` of them would overflow its 32-bit offsets; at the lengths of ROW_LENGTH_COMPILED_IN
+    with the row length compiled in."""
     itemsize = np_dtype(dtype).itemsize
     if itemsize == 2 and pack == 8 and cols % 8 == 0 and not statistics:
-        for fewest, most, per_lane, rows_a_warp in WARP_ROWS:
+        for fewest, most, _, rows_a_warp in WARP_ROWS:
             if fewest <= cols // 8 <= most and warp_rows_offsets_fit(rows, cols, rows_a_warp):
-                return LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=rows_a_warp)
+                return warp_rows_layout(cols, dtype, compiled_in=any(low <= cols // 8 <= high
+                                                                     for low, high in ROW_LENGTH_COMPILED_IN))
     if cols <= WARP_MAX_COLS:
         return lane_group_variant(cols, dtype, pack)
     if pack == 1:

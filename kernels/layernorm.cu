@@ -568,11 +568,20 @@ __device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
 // alone 0.986.
 // No statistics: written from here they cost 4-6% in the forms we tried (the dispatcher gives
 // rows whose mean and rstd are wanted to the lane groups), so the host refuses their pointers.
-template <typename T, int Packs, int Rows>
+// RowLength, when not 0, compiles the row length in, as torch.compile compiles it in: the host
+// launches such an instance for rows of that length only (layer_norm() does at the lengths of
+// helpers/layernorm_kernels.py's ROW_LENGTH_COMPILED_IN). 392 SASS instructions become 368 (three
+// packs: 544 -> 504). Against the kernel with the length as an argument (H200, scratch, 2026-11-27,
+// three measurements in rotated turns, 256 MiB): +0.3 to +2.0% at 160-176 values, +0.1 to +1.4% at
+// 336-360, +0.3 to +2.3% at 552-600 (where a lane's last pack lies past the row for many lanes);
+// -0.2 to +0.2% from 184 to 512 otherwise, -0.1 to -0.7% from 632 to 768. fp16 168: 0.990 ->
+// 1.002-1.003x torch.compile's speed.
+template <typename T, int Packs, int Rows, int RowLength = 0>
 __global__ void __launch_bounds__(32)
 layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                     T* __restrict__ y, float* __restrict__, float* __restrict__, long long rows, long long cols,
                     float eps) {
+    if constexpr (RowLength > 0) cols = RowLength;  // everything computed from cols folds
     static_assert(sizeof(T) == 2, "16-bit values");
     constexpr int kPack = 8;  // values a pack
     using P = Pack<T, kPack>;

@@ -11,7 +11,7 @@ import helpers
 from helpers.device import DeviceArray
 from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS, LayerNormVariant, bytes_moved, lane_group_variant,
                                        layer_norm, max_error, measure_dispatcher, offset_error, reference, variant_for,
-                                       warp_rows_offsets_fit)
+                                       warp_rows_layout, warp_rows_offsets_fit)
 from helpers.operands import np_dtype, widest_pack_for
 
 
@@ -84,6 +84,24 @@ def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst(per_lane, rows
         assert min(stores) > last_rsqrt and not any("BSSY" in line for line in lines), (stores, last_rsqrt)
         resources = compiled.resources(v.name_expression)
         assert resources.registers <= 2 * per_lane * rows_a_warp and not resources.uses_local_memory, resources
+
+
+@pytest.mark.parametrize("cols, per_lane, rows_a_warp", [(168, 8, 4), (344, 16, 2), (568, 24, 2)])
+def test_warp_rows_with_the_row_length_compiled_in_divides_by_nothing(cols, per_lane, rows_a_warp):
+    """The row length compiled in (row_length): no reciprocal of it at run time (MUFU.RCP), fewer
+    instructions than the kernel that takes it as an argument, the same loads, shuffles and stores."""
+    for dtype in ("float16", "bfloat16"):
+        generic = LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=rows_a_warp)
+        fixed = LayerNormVariant("warp_rows", dtype, 8, 32, per_lane, rows_per_warp=rows_a_warp, row_length=cols)
+        assert fixed.name_expression.endswith(f", {cols}>") and fixed.config["row_length"] == cols
+        sass = {v: v.compiled(arch="sm_90").sass(v.name_expression) for v in (generic, fixed)}
+        ops = {v: helpers.opcodes(text) for v, text in sass.items()}
+        assert ops[generic]["MUFU.RCP"] >= 1 and "MUFU.RCP" not in ops[fixed], ops[fixed]
+        moving = ("LDG", "STG", "SHFL")
+        for op in {op for v in ops for op in ops[v] if op.startswith(moving)}:
+            assert ops[generic][op] == ops[fixed][op], op
+        assert sum(ops[fixed].values()) < sum(ops[generic].values()), (sum(ops[fixed].values()),
+                                                                       sum(ops[generic].values()))
 
 
 def test_fp32_rows_of_a_power_of_two_length_move_pairs_of_floats():
@@ -168,7 +186,12 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                               (dict(path="warp_rows", dtype="float16", pack_size=8), "block_size 32"),
                                               (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
                                                     cols_per_thread=16, rows_per_warp=4), "rows_per_warp"),
-                                              (dict(rows_per_warp=2), "choice of the warp_rows path")])
+                                              (dict(rows_per_warp=2), "choice of the warp_rows path"),
+                                              (dict(row_length=8), "choice of the warp_rows path"),
+                                              (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
+                                                    cols_per_thread=8, row_length=264), "up to 256"),
+                                              (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
+                                                    cols_per_thread=8, row_length=170), "16-byte packs")])
 def test_variants_refuse_what_they_cannot_take(kwargs, message):
     with pytest.raises(helpers.BookError, match=message):
         LayerNormVariant(**kwargs)
@@ -204,11 +227,28 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     # wanted, nor past its 32-bit offsets, nor at 20, 32, 42, 64, 70 or 96 packs, nor in narrower
     # packs or fp32
     rows_path = LayerNormVariant("warp_rows", "float16", 8, 32)
-    assert variant_for(192, "float16", 8) == rows_path and variant_for(168, "float16", 8) == rows_path
-    for cols, per_lane in ((344, 16), (504, 16), (568, 24), (760, 24)):
+    assert variant_for(192, "float16", 8) == rows_path and variant_for(184, "float16", 8) == rows_path
+    for cols, per_lane in ((368, 16), (504, 16), (608, 24), (760, 24)):
         assert variant_for(cols, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32, per_lane,
                                                                     rows_per_warp=2), cols
+    # ...with the row length compiled in at 21-22, 43-45 and 71-75 packs (ROW_LENGTH_COMPILED_IN)
+    for cols, per_lane, rows_a_warp in ((168, 8, 4), (176, 8, 4), (344, 16, 2), (360, 16, 2), (568, 24, 2),
+                                        (600, 24, 2)):
+        assert variant_for(cols, "float16", 8) == LayerNormVariant("warp_rows", "float16", 8, 32, per_lane,
+                                                                   rows_per_warp=rows_a_warp, row_length=cols), cols
     assert variant_for(248, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32)
+    # warp_rows_layout: the layout that holds a row, inside the rule's bounds or out of them
+    for cols in (8, 160, 168, 256, 264, 336, 512, 520, 552, 632, 768):
+        per_lane = 8 * -(-cols // 256)
+        assert warp_rows_layout(cols, "float16") == LayerNormVariant("warp_rows", "float16", 8, 32, per_lane,
+                                                                     rows_per_warp=4 if per_lane == 8 else 2), cols
+        if variant_for(cols, "float16", 8).path == "warp_rows":
+            assert variant_for(cols, "float16", 8) in (warp_rows_layout(cols, "float16"),
+                                                       warp_rows_layout(cols, "float16", compiled_in=True)), cols
+    assert warp_rows_layout(632, "bfloat16", compiled_in=True).row_length == 632
+    for cols, dtype in ((776, "float16"), (170, "bfloat16"), (0, "float16"), (192, "float32")):
+        with pytest.raises(helpers.BookError, match="16-bit rows of 8 to 768 values"):
+            warp_rows_layout(cols, dtype)
     assert variant_for(192, "float16", 8, statistics=True) == lane_group_variant(192, "float16", 8)
     assert variant_for(192, "float16", 8, rows=1 << 28) == lane_group_variant(192, "float16", 8)
     for cols, dtype, pack in ((160, "float16", 8), (256, "bfloat16", 8), (336, "float16", 8), (512, "float16", 8),
@@ -414,6 +454,15 @@ def test_warp_rows_takes_back_the_rounding_of_the_mean(gpu, dtype):
             _check(host, weight, bias, dtype, y)
             y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
             _check(host, weight, bias, dtype, y, mean, rstd)
+
+
+def test_warp_rows_refuses_rows_of_another_length_than_it_compiled_in(gpu):
+    rng = np.random.default_rng()
+    host = rng.standard_normal((5, 176)).astype(np.float16)
+    weight, bias = _affine(176, "float16", rng)
+    fixed = LayerNormVariant("warp_rows", "float16", 8, 32, row_length=168)
+    with pytest.raises(helpers.BookError, match="compiled in"):
+        _run(fixed.launch, host, weight, bias, "float16", statistics=False)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
