@@ -368,12 +368,20 @@ HALF_EARLY_LANE_VALUES = 32
 # 0.3%; with the length compiled in, 1.2% ahead); see the section "Two rows a warp". bf16 every 8
 # values from 456 to 504 (15:55 UTC, three measurements with torch.compile in the turns): behind the
 # groups by 0.2% at 480 and 496 only (60 and 62 packs, where the groups are as fast as torch.compile),
-# 0.8-2.0% ahead at the others; one rule for both dtypes. Measured again at 22:05 UTC (five
-# measurements): at bf16 480 and 496 the groups ran at 1.002-1.005x torch.compile, this layout at
-# 0.998-0.999x; a rule for those two lengths is not written (yet).
+# 0.8-2.0% ahead at the others. Measured again at 22:05 UTC (five measurements): at bf16 480 and 496
+# the groups ran at 1.002-1.005x torch.compile, this layout at 0.998-0.999x; so the groups keep those
+# two (WARP_ROWS_EXCEPT).
 # Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
 # would not reach.
 WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs, most, cols_per_thread, rows_per_warp)
+# WARP_ROWS_EXCEPT: (dtype, packs) inside WARP_ROWS' bounds that the lane groups keep: bf16 rows of 60
+# and 62 packs (480 and 496 values), where the groups' 32 lanes of two packs were the faster layout in
+# every run that timed both (H200, 2026-11-27): by 0.5%, 0.5% and 0.4% at 480 in three recordings of the
+# chapter (15:10, 15:35, 19:55 UTC), by 0.2% at 480 and 496 in a scratch run (15:55 UTC, three
+# measurements), and at 22:05 UTC (five measurements in rotated turns with torch.compile) the groups at
+# 1.002-1.003x and 1.004-1.005x torch.compile's speed, this layout at 0.998-0.999x. fp16 at the same
+# lengths: the layout 2.2% ahead of the groups at 480 (19:55 UTC), so fp16 keeps it.
+WARP_ROWS_EXCEPT = (("bfloat16", 60), ("bfloat16", 62))
 # layernorm_warp_rows' layouts, (values a lane holds of each row, rows a warp): the dispatcher's, and no other
 WARP_ROWS_LAYOUTS = tuple((per_lane, rows_a_warp) for _, _, per_lane, rows_a_warp in WARP_ROWS)
 
@@ -455,13 +463,14 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
     or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248, 344 to 504 and 568
     to 760 values in 16-byte packs go to a whole warp per row, four rows a warp of a pack a lane, or
-    two rows of two or three (WARP_ROWS), unless their mean and rstd are wanted (``statistics``) or
-    ``rows`` of them would overflow its 32-bit offsets; at the lengths of ROW_LENGTH_COMPILED_IN
-    with the row length compiled in."""
+    two rows of two or three (WARP_ROWS), bf16 rows of 480 and 496 values aside (WARP_ROWS_EXCEPT),
+    unless their mean and rstd are wanted (``statistics``) or ``rows`` of them would overflow its
+    32-bit offsets; at the lengths of ROW_LENGTH_COMPILED_IN with the row length compiled in."""
     itemsize = np_dtype(dtype).itemsize
     if itemsize == 2 and pack == 8 and cols % 8 == 0 and not statistics:
         for fewest, most, _, rows_a_warp in WARP_ROWS:
-            if fewest <= cols // 8 <= most and warp_rows_offsets_fit(rows, cols, rows_a_warp):
+            if fewest <= cols // 8 <= most and (dtype, cols // 8) not in WARP_ROWS_EXCEPT and \
+                    warp_rows_offsets_fit(rows, cols, rows_a_warp):
                 return warp_rows_layout(cols, dtype, compiled_in=any(low <= cols // 8 <= high
                                                                      for low, high in ROW_LENGTH_COMPILED_IN))
     if cols <= WARP_MAX_COLS:

@@ -528,12 +528,13 @@ __device__ __forceinline__ void warp_sum_rows(float (&sums)[Rows], int lane) {
 }
 
 // Step 4, 16-bit rows of 21 to 31 packs (168 to 248 values), and of 43 to 63 and 71 to 95
-// (344 to 504, 568 to 760; helpers/layernorm_kernels.py's WARP_ROWS), laid out as torch.compile's
-// generated kernel lays them out: a whole warp per row, lane l holding the row's 16-byte packs l,
-// l + 32, ... (Packs of them; lanes past the row idle), Rows rows side by side in each warp (a
-// block): four rows of a pack a lane, two rows of two or three. The lane groups hold a row of 192
-// values in 8 lanes of three packs, or leave slots empty (200 values: 25 packs in 16 lanes of
-// two); here each lane holds Packs packs of each of Rows rows.
+// (344 to 504, 568 to 760; helpers/layernorm_kernels.py's WARP_ROWS, bf16 480 and 496 aside:
+// WARP_ROWS_EXCEPT), laid out as torch.compile's generated kernel lays them out: a whole warp
+// per row, lane l holding the row's 16-byte packs l, l + 32, ... (Packs of them; lanes past the
+// row idle), Rows rows side by side in each warp (a block): four rows of a pack a lane, two rows
+// of two or three. The lane groups hold a row of 192 values in 8 lanes of three packs, or leave
+// slots empty (200 values: 25 packs in 16 lanes of two); here each lane holds Packs packs of each
+// of Rows rows.
 // Two and three packs a lane were measured in a scratch form of this kernel, then as committed
 // (H200, 2026-11-27; the numbers are above WARP_ROWS, and in the chapter's section "Two rows a
 // warp"); the rest of this comment measured a pack a lane, four rows.
@@ -618,7 +619,14 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
         }
     }
     warp_sum_rows<Rows>(sum, lane);
-    P scale[Packs], offset[Packs];  // weight and bias, once the sums are under way
+    // Weight and bias, once the sums are under way. Where pack p lies past the row, scale[p] and
+    // offset[p] are left unwritten: the outputs made from them are never stored (stored[p][r] is
+    // false), but reading them is, by the letter of C++, undefined. Each way we tried of giving them
+    // a value was slower at some length (H200, scratch, 2026-11-27, three measurements in rotated
+    // turns, 256 MiB): pack 0 loaded there, 1.8-1.9% at bf16 352; the load predicated inside its
+    // asm, 1.2-1.3% at bf16 352 and 400 (on the bound compared in the asm, 1.4-1.5% at bf16 400);
+    // an empty asm that defines them in an else, 5.1-5.3% at fp16 400.
+    P scale[Packs], offset[Packs];
 #pragma unroll
     for (int p = 0; p < Packs; ++p)
         if (in_row[p]) {

@@ -237,6 +237,12 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
         assert variant_for(cols, "float16", 8) == LayerNormVariant("warp_rows", "float16", 8, 32, per_lane,
                                                                    rows_per_warp=rows_a_warp, row_length=cols), cols
     assert variant_for(248, "bfloat16", 8) == LayerNormVariant("warp_rows", "bfloat16", 8, 32)
+    # ...but bf16 rows of 60 and 62 packs stay with the lane groups (WARP_ROWS_EXCEPT); fp16 ones do not
+    for cols in (480, 496):
+        assert variant_for(cols, "bfloat16", 8) == lane_group_variant(cols, "bfloat16", 8), cols
+        assert variant_for(cols, "float16", 8) == warp_rows_layout(cols, "float16"), cols
+    for cols in (472, 488, 504):
+        assert variant_for(cols, "bfloat16", 8) == warp_rows_layout(cols, "bfloat16"), cols
     # warp_rows_layout: the layout that holds a row, inside the rule's bounds or out of them
     for cols in (8, 160, 168, 256, 264, 336, 512, 520, 552, 632, 768):
         per_lane = 8 * -(-cols // 256)
