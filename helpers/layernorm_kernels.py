@@ -379,8 +379,12 @@ WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs,
 # every run that timed both (H200, 2026-11-27): by 0.5%, 0.5% and 0.4% at 480 in three recordings of the
 # chapter (15:10, 15:35, 19:55 UTC), by 0.2% at 480 and 496 in a scratch run (15:55 UTC, three
 # measurements), and at 22:05 UTC (five measurements in rotated turns with torch.compile) the groups at
-# 1.002-1.003x and 1.004-1.005x torch.compile's speed, this layout at 0.998-0.999x. fp16 at the same
-# lengths: the layout 2.2% ahead of the groups at 480 (19:55 UTC), so fp16 keeps it.
+# 1.002-1.003x and 1.004-1.005x torch.compile's speed, this layout at 0.998-0.999x. With the rule, in the
+# chapter's recording (22:40 UTC), the groups at 1.002x at 480, the layout at 0.999x. One scratch run went
+# the other way (22:53 UTC, five measurements, the two lengths last after three minutes of others: the
+# groups 0.996-0.998x, the layout 0.998-0.999x); run again at once on the same GPU, three times each, the
+# groups were at 1.0005-1.002x in all thirty measurements, the layout at 0.998-0.9996x. fp16 at the same
+# lengths: the layout 2.2% ahead of the groups at 480 (19:55 UTC; 1.8% at 22:40), so fp16 keeps it.
 WARP_ROWS_EXCEPT = (("bfloat16", 60), ("bfloat16", 62))
 # layernorm_warp_rows' layouts, (values a lane holds of each row, rows a warp): the dispatcher's, and no other
 WARP_ROWS_LAYOUTS = tuple((per_lane, rows_a_warp) for _, _, per_lane, rows_a_warp in WARP_ROWS)
