@@ -367,17 +367,15 @@ HALF_EARLY_LANE_VALUES = 32
 # fp16, -0.5 to +2.0% in bf16, behind the groups at bf16 480 (0.5%, 0.5%, 0.4%) and 568 (0.4%, 0.2%,
 # 0.3%; with the length compiled in, 1.2% ahead); see the section "Two rows a warp". bf16 every 8
 # values from 456 to 504 (15:55 UTC, three measurements with torch.compile in the turns): behind the
-# groups by 0.2% at 480 and 496 only (60 and 62 packs, where the groups are as fast as torch.compile),
-# 0.8-2.0% ahead at the others. Measured again at 22:05 UTC (five measurements): at bf16 480 and 496
-# the groups ran at 1.002-1.005x torch.compile, this layout at 0.998-0.999x; so the groups keep those
-# two (WARP_ROWS_EXCEPT).
+# groups at 480 and 496 only, 0.8-2.0% ahead at the others; the groups keep those two
+# (WARP_ROWS_EXCEPT, below, with the runs behind it).
 # Nor where the mean and rstd are wanted (writing them cost it 4-6%), nor where its 32-bit offsets
 # would not reach.
 WARP_ROWS = ((21, 31, 8, 4), (43, 63, 16, 2), (71, 95, 24, 2))  # (fewest packs, most, cols_per_thread, rows_per_warp)
 # WARP_ROWS_EXCEPT: (dtype, packs) inside WARP_ROWS' bounds that the lane groups keep: bf16 rows of 60
 # and 62 packs (480 and 496 values), where the groups' 32 lanes of two packs were the faster layout in
-# every run that timed both (H200, 2026-11-27): by 0.5%, 0.5% and 0.4% at 480 in three recordings of the
-# chapter (15:10, 15:35, 19:55 UTC), by 0.2% at 480 and 496 in a scratch run (15:55 UTC, three
+# every run that timed both before the rule (H200, 2026-11-27): by 0.5%, 0.5% and 0.4% at 480 in three
+# recordings of the chapter (15:10, 15:35, 19:55 UTC), by 0.2% at 480 and 496 in a scratch run (15:55 UTC, three
 # measurements), and at 22:05 UTC (five measurements in rotated turns with torch.compile) the groups at
 # 1.002-1.003x and 1.004-1.005x torch.compile's speed, this layout at 0.998-0.999x. With the rule, in the
 # chapter's recording (22:40 UTC), the groups at 1.002x at 480, the layout at 0.999x. One scratch run went
