@@ -23,13 +23,14 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
-                       full_pack, np_dtype, outputs_where_torch_puts_them, random_normal, row_scratch,
-                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, widest_pack_for,
+                       check_row_fits, full_pack, np_dtype, outputs_where_torch_puts_them, random_normal, row_scratch,
+                       torch_compiled_for_shape, torch_module, torch_tensor, widest_pack,
                        written_over_poison)
 from .reduce_kernels import CLUSTER_SIZES, GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "layernorm.cu"
-SOURCES = ["kernels/layernorm.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
+SOURCES = ["kernels/layernorm.cu", "kernels/edges.cuh", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh",
+           "kernels/pack.cuh"]
 PATHS = ("unfused", "block_fused", "warp", "warp_rows", "cluster", "streamed")
 SLICED_PATHS = ("warp", "cluster", "streamed")  # each thread holds cols_per_thread values of the row at once
 STATISTICS = ("welford", "sum_squares")  # block_fused: MeanM2 (Chan's merge) or E[x²] - E[x]²
@@ -58,6 +59,7 @@ class LayerNormVariant:
     cache_hints: bool = True  # streamed: keep the row in L1/L2 for the second read (evict_last, then evict_first)
     rows_per_warp: int = 4  # warp_rows: rows side by side in a warp (its block), each lane holding cols_per_thread of each
     row_length: int = 0  # warp_rows: the row length compiled in (the kernel then takes rows of that length only); 0: none
+    edges: bool = False  # cluster path: rows the pack need not divide (each row's aligned middle in packs, its edges alone)
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -95,6 +97,8 @@ class LayerNormVariant:
         if self.path == "warp_rows" and (self.cols_per_thread, self.rows_per_warp) not in WARP_ROWS_LAYOUTS:
             raise InputError(f"warp_rows takes (cols_per_thread, rows_per_warp) from {WARP_ROWS_LAYOUTS}, got "
                              f"({self.cols_per_thread}, {self.rows_per_warp})")
+        if self.edges and (self.path != "cluster" or self.pack_size == 1):
+            raise InputError("edges is a choice of the cluster path with packs of two values or more")
         if self.rows_per_warp != 4 and self.path != "warp_rows":
             raise InputError(f"rows_per_warp is a choice of the warp_rows path, not {self.path}")
         if self.row_length and self.path != "warp_rows":
@@ -126,7 +130,8 @@ class LayerNormVariant:
         if self.path == "warp_rows":
             length = f", {self.row_length}" if self.row_length else ""
             return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}{length}>"]
-        return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}>"]
+        edges = ", true" if self.edges else ""
+        return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}{edges}>"]
 
     @property
     def name_expression(self) -> str:
@@ -147,6 +152,8 @@ class LayerNormVariant:
                 config["row_length"] = self.row_length
         if self.path == "cluster":
             config["cluster_size"] = self.cluster_size
+            if self.edges:
+                config["edges"] = True
         if self.path == "block_fused":
             config["statistics"] = self.statistics
         if not self.cache_hints:
@@ -207,12 +214,7 @@ class LayerNormVariant:
                     raise InputError(f"{self.name}: {what} must have one float per row ({rows}), got {stat.size}")
         if not eps > 0:
             raise InputError(f"eps must be positive (it keeps a constant row finite), got {eps}")
-        if cols % self.pack_size:
-            raise InputError(f"{self.name_expression}: cols ({cols}) must be a multiple of pack_size "
-                             f"({self.pack_size}); layer_norm() picks a pack that divides it")
-        if self.max_cols() is not None and cols > self.max_cols():
-            raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
-                             f"use more cols_per_thread, a larger block or cluster, or another path")
+        check_row_fits(self.name_expression, cols, self.pack_size, self.edges, self.max_cols(), "layer_norm()")
         if self.path == "warp_rows":
             if mean is not None or rstd is not None:
                 raise InputError(f"{self.name_expression} writes no mean or rstd (they cost it 4-6%): use a lane-group "
@@ -461,7 +463,11 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     the fused block per row with Welford states, which re-reads the row. fp32 rows of 1025
     to 8192 values in 16-byte packs are read twice, with cache hints (the streamed path), as
     torch.compile's kernel does; ``streamed=False`` gives the register path there instead
-    (the chapter compares the two). Rows of odd length (pack 1) past 1024 values: a block,
+    (the chapter compares the two). ``pack`` is the widest the arrays' addresses allow. Past
+    1024 values, a row that pack does not divide (4097 values, say) keeps its packs: its
+    aligned middle, in the cluster shape of that many values, and its edges one value to a
+    thread (edges), up to 2^19 values (fp32) or 2^20; longer, the fused block in the packs
+    that divide the row. Arrays aligned to no pack (pack 1) past 1024 values: a block,
     or for fp32 a cluster, fitted to the row (lone_value_shape), up to 2^15 values (16-bit)
     or 2^17 (fp32); longer, the fused block. 16-bit rows of 168 to 248, 344 to 504 and 568
     to 760 values in 16-byte packs go to a whole warp per row, four rows a warp of a pack a lane, or
@@ -469,6 +475,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     unless their mean and rstd are wanted (``statistics``) or ``rows`` of them would overflow its
     32-bit offsets; at the lengths of ROW_LENGTH_COMPILED_IN with the row length compiled in."""
     itemsize = np_dtype(dtype).itemsize
+    aligned, pack = pack, min(pack, cols & -cols)  # the widest pack the addresses allow; the widest that divides too
     if itemsize == 2 and pack == 8 and cols % 8 == 0 and not statistics:
         for fewest, most, _, rows_a_warp in WARP_ROWS:
             if fewest <= cols // 8 <= most and (dtype, cols // 8) not in WARP_ROWS_EXCEPT and \
@@ -477,6 +484,12 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
                                                                      for low, high in ROW_LENGTH_COMPILED_IN))
     if cols <= WARP_MAX_COLS:
         return lane_group_variant(cols, dtype, pack)
+    if pack < aligned:  # EDGES: the row's aligned middle in the packs the addresses allow
+        middle = cols // aligned * aligned
+        for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
+            if block * per_thread * cluster >= middle and per_thread >= aligned:
+                return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=True)
+        return LayerNormVariant("block_fused", dtype, pack, 1024)
     if pack == 1:
         fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
         if fitted is None:
@@ -500,7 +513,7 @@ def layer_norm(x: DeviceArray, weight: DeviceArray, bias: DeviceArray, y: Device
     if len(x.shape) != 2:
         raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
     rows, cols = x.shape
-    variant = variant_for(cols, str(x.dtype), widest_pack(x, y, weight, bias, divides=cols),
+    variant = variant_for(cols, str(x.dtype), widest_pack(x, y, weight, bias),
                           statistics=mean is not None or rstd is not None, rows=rows)
     variant.launch(x, weight, bias, y, eps=eps, mean=mean, rstd=rstd)
     return variant
@@ -596,8 +609,9 @@ def measure_layer_norm(bench, variant: LayerNormVariant, rows: int, cols: int, *
 
 
 def dispatcher_measurement(rows: int, cols: int, dtype: str, *, own_buffer: bool = False) -> dict:
-    """layer_norm() as a user calls it: the dispatcher's choice, recorded in config."""
-    return layer_norm_measurement(variant_for(cols, dtype, widest_pack_for(cols, dtype), rows=rows), rows, cols,
+    """layer_norm() as a user calls it, on arrays aligned to 16 bytes: the dispatcher's choice,
+    recorded in config."""
+    return layer_norm_measurement(variant_for(cols, dtype, full_pack(dtype), rows=rows), rows, cols,
                                   provider="layer_norm()", own_buffer=own_buffer)
 
 
@@ -684,6 +698,9 @@ def sanitizer_cases():
               for shape in ((1, 8), (5, 200), (7, 256), (4097, 192))]
     cases += [case(LayerNormVariant("warp_rows", d, 8, 32, per_lane, rows_per_warp=2), shape) for d in ("float16", "bfloat16")
               for per_lane in (16, 24) for shape in ((1, 8), (3, 8 * per_lane + 8), (5, 32 * per_lane))]
+    cases += [case(LayerNormVariant("cluster", d, p, 64, 2 * p, cluster_size=k, edges=True), shape, True)  # EDGES
+              for d, p in (("float32", 4), ("bfloat16", 8)) for k in (1, 2)
+              for shape in ((1, 1), (3, 2 * p - 1), (9, 128 * p * k - 1), (5, 128 * p * k + p - 1))]
     cases += [dispatched(d, shape) for d in C_TYPES
               for shape in ((1, 1), (5, 7), (4097, 33), (3, 40), (7, 64), (5, 200), (5, 504), (3, 768), (3, 1024),
                             (2, 4097), (2, 100000), (1, 600000))]

@@ -46,13 +46,13 @@ def check_pack_size(pack_size: int, dtype: str):
                          f"per pack ({PACK_BYTES_MAX // itemsize} {dtype}), got {pack_size}")
 
 
-def widest_pack(*arrays: DeviceArray, divides: int = None) -> int:
+def widest_pack(*arrays: DeviceArray) -> int:
     """The widest pack (elements, up to 16 bytes) that every array's address is aligned
-    to and, if given, that divides ``divides`` (a row length); 1 when none is."""
+    to; 1 when none is. (The dispatchers then take the widest that divides a row as well,
+    where they need one.)"""
     itemsize = arrays[0].dtype.itemsize
     pack = PACK_BYTES_MAX // itemsize
-    while pack > 1 and (any(not a.aligned_to(pack * itemsize) for a in arrays)
-                        or (divides is not None and divides % pack)):
+    while pack > 1 and any(not a.aligned_to(pack * itemsize) for a in arrays):
         pack //= 2
     return pack
 
@@ -250,6 +250,20 @@ def check_operands(kernel_name: str, dtype: str, alignment: int, **arrays: Devic
     if len(set(sizes.values())) > 1:
         raise InputError(f"{kernel_name}: operands differ in size: " +
                          ", ".join(f"{name} has {size} elements" for name, size in sizes.items()))
+
+
+def check_row_fits(kernel: str, cols: int, pack_size: int, edges: bool, max_cols: int | None, dispatcher: str):
+    """A row of ``cols`` values for a kernel of ``pack_size``-value packs that holds at most
+    ``max_cols`` of them (None: any): the pack must divide the row, unless the kernel takes the
+    row's aligned middle in packs and its edges alone (``edges``); the row, or that middle,
+    must fit. Otherwise an InputError that names what would work (``dispatcher`` takes any row)."""
+    if cols % pack_size and not edges:
+        raise InputError(f"{kernel}: cols ({cols}) must be a multiple of pack_size ({pack_size}) unless "
+                         f"edges=True (cluster path); {dispatcher} takes any row")
+    held = cols // pack_size * pack_size if edges else cols  # the most a row's middle holds
+    if max_cols is not None and held > max_cols:
+        raise InputError(f"{kernel} holds at most {max_cols} values per row{' in its aligned middle' if edges else ''}, "
+                         f"got {held}: use more cols_per_thread, a larger block or cluster, or another path")
 
 
 def written_over_poison(out: DeviceArray, write) -> np.ndarray:

@@ -22,7 +22,7 @@ from .compiler import compile_kernels, loaded_kernel
 from .device import DeviceArray
 from .errors import InputError, LaunchConfigError
 from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_operands, check_pack_size,
-                       full_pack, np_dtype, outputs_where_torch_puts_them, row_scratch,
+                       check_row_fits, full_pack, np_dtype, outputs_where_torch_puts_them, row_scratch,
                        torch_compiled_for_shape, torch_module, torch_tensor, widest_pack, written_over_poison)
 from .reduce_kernels import CLUSTER_SIZES, GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
@@ -209,13 +209,7 @@ class SoftmaxVariant:
             raise InputError(f"x must be a (rows, cols) matrix, got shape {x.shape}")
         check_operands(self.name, self.dtype, self.pack_size * np_dtype(self.dtype).itemsize, x=x, y=y)
         rows, cols = x.shape
-        if cols % self.pack_size and not self.edges:
-            raise InputError(f"{self.name_expression}: cols ({cols}) must be a multiple of pack_size "
-                             f"({self.pack_size}) unless edges=True (cluster path); softmax() takes any row")
-        held = cols // self.pack_size * self.pack_size if self.edges else cols  # the most a row's middle holds
-        if self.max_cols() is not None and held > self.max_cols():
-            raise InputError(f"{self.name_expression} holds at most {self.max_cols()} values per row, got {cols}: "
-                             f"use more cols_per_thread, a larger block or cluster, or another path")
+        check_row_fits(self.name_expression, cols, self.pack_size, self.edges, self.max_cols(), "softmax()")
         if rows == 0 or cols == 0:
             return
         if self.path == "naive":

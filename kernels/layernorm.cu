@@ -9,9 +9,12 @@
 // and bias read once: (2 * rows + 2) * cols * sizeof(T), declared in
 // helpers/layernorm_kernels.py.
 //
-// Requires (checked by the host): cols a multiple of PackSize, and every pointer
-// aligned to a Pack; the host picks the widest pack that divides cols.
+// Requires (checked by the host): every pointer aligned to a Pack, and cols a
+// multiple of PackSize, but on the cluster path with Edges (below), which splits
+// each row into an aligned middle and its edges; the host picks the widest pack that
+// divides cols, or on that path the widest the pointers allow.
 #include "convert.cuh"
+#include "edges.cuh"
 #include "reduce.cuh"
 #include "rows.cuh"
 
@@ -271,6 +274,35 @@ __device__ __forceinline__ State thread_mean_m2(const Pack<T, kPack> (&packs)[kP
     return {static_cast<float>(count), mean, m2};
 }
 
+// The pack of N values that starts `shift` values into lo and runs on into hi
+// (0 <= shift < N, the same for a whole row but known only at run time). No
+// register array may be indexed at run time (it would go to local memory), so the
+// words move by selects, in halving steps (by two words, then one: a select a word
+// each), and 16-bit values at an odd shift then move half a word by a funnel shift.
+// For a 16-byte pack: 11 selects and 4 shifts (fp16, bf16), 9 selects (fp32).
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> realigned(const Pack<T, N>& lo, const Pack<T, N>& hi, int shift) {
+    static_assert(sizeof(Pack<T, N>) % 4 == 0, "packs of whole 32-bit words");
+    constexpr int kWords = sizeof(Pack<T, N>) / 4;
+    unsigned w[2 * kWords];
+    memcpy(w, &lo, sizeof(lo));
+    memcpy(w + kWords, &hi, sizeof(hi));
+    const int byte_shift = shift * static_cast<int>(sizeof(T));
+#pragma unroll
+    for (int step = kWords / 2; step >= 1; step /= 2) {
+        const bool by_step = (byte_shift / 4) & step;
+#pragma unroll
+        for (int i = 0; i + step < 2 * kWords; ++i) w[i] = by_step ? w[i + step] : w[i];  // reads w[i + step] unmoved
+    }
+    unsigned out[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i)
+        out[i] = sizeof(T) == 2 ? __funnelshift_r(w[i], w[i + 1], 8 * (byte_shift & 2)) : w[i];
+    Pack<T, N> pack;
+    memcpy(&pack, out, sizeof(pack));
+    return pack;
+}
+
 // Weight and bias: the same cols values for every row, so after the first rows
 // they come from L1 and L2. Late (the default): each pack is loaded where its
 // output is written, after the reduction (or a chunk of packs at a time: below).
@@ -279,24 +311,41 @@ __device__ __forceinline__ State thread_mean_m2(const Pack<T, kPack> (&packs)[kP
 // for short rows in lane groups (fp32 rows of 64 to 1024 values, 16-bit rows of
 // 64 to 256: the rule is lane_group_variant's, in helpers/layernorm_kernels.py)
 // and costs elsewhere: fewer rows in flight.
-template <bool Early, int Stride, typename P, int kPacks>
+// Shifted (a row's aligned middle, Edges): weight and bias are aligned at column 0,
+// the middle at column `shift` (the row's head), so each of its packs straddles two
+// packs of weight. Both are loaded (L1 hits, but for the first rows) and realigned
+// in registers. The middle stops short enough that the second pack of its last pair
+// lies inside weight (the kernel's RowEdges, below).
+template <bool Early, int Stride, typename P, int kPacks, bool Shifted = false>
 struct Affine {
     P weight[Early ? kPacks : 1], bias[Early ? kPacks : 1];
     const P *weight_at, *bias_at;
-    __device__ __forceinline__ Affine(const P* w, const P* b, int lane, long long slice_packs) : weight_at(w), bias_at(b) {
+    int shift;  // Shifted: the row's head, in values
+    __device__ __forceinline__ Affine(const P* w, const P* b, int lane, long long slice_packs, int head = 0)
+        : weight_at(w), bias_at(b), shift(head) {
         if constexpr (Early) {
 #pragma unroll
             for (int p = 0; p < kPacks; ++p)
-                if (p * Stride + lane < slice_packs) weight[p] = w[p * Stride + lane], bias[p] = b[p * Stride + lane];
+                if (p * Stride + lane < slice_packs)
+                    weight[p] = fetch(weight_at, p * Stride + lane), bias[p] = fetch(bias_at, p * Stride + lane);
         }
     }
-    // Pack p of the thread's slice, which is pack `at` of the row (a copy: passed by
-    // reference, a late pack was loaded value by value).
+    // Pack `at` of the slice (a copy: passed by reference, a late pack was loaded value by value).
+    __device__ __forceinline__ P fetch(const P* from, long long at) const {
+        if constexpr (!Shifted) {
+            return from[at];
+        } else {
+            // At shift 0 the next pack may lie past the end: hi is then lo again (an L1 hit), unused.
+            const P lo = from[at], hi = from[at + (shift > 0)];
+            return realigned(lo, hi, shift);
+        }
+    }
+    // Pack p of the thread's slice, which is pack `at` of the slice.
     __device__ __forceinline__ P weight_pack(int p, long long at) const {
-        if constexpr (Early) return weight[p]; else return weight_at[at];
+        if constexpr (Early) return weight[p]; else return fetch(weight_at, at);
     }
     __device__ __forceinline__ P bias_pack(int p, long long at) const {
-        if constexpr (Early) return bias[p]; else return bias_at[at];
+        if constexpr (Early) return bias[p]; else return fetch(bias_at, at);
     }
 };
 
@@ -311,9 +360,10 @@ struct Affine {
 template <typename T, int PackSize, int ColsPerThread, bool Early>
 constexpr int kAffineChunk = !Early && sizeof(T) == 4 && PackSize == 4 && ColsPerThread == 32 ? 2 : 1;
 
-template <int Chunk, int Stride, bool Early, typename P, int kPacks>
-__device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, const Affine<Early, Stride, P, kPacks>& affine,
-                                            int lane, long long slice_packs, float mean, float rstd, float shift) {
+template <int Chunk, int Stride, bool Early, typename P, int kPacks, bool Shifted>
+__device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
+                                            const Affine<Early, Stride, P, kPacks, Shifted>& affine, int lane,
+                                            long long slice_packs, float mean, float rstd, float shift) {
     static_assert(kPacks % Chunk == 0 && (Chunk == 1 || !Early), "whole chunks, of late weight and bias");
 #pragma unroll
     for (int c = 0; c < kPacks; c += Chunk) {
@@ -322,7 +372,8 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out, co
 #pragma unroll
             for (int j = 0; j < Chunk; ++j) {
                 const long long at = (c + j) * Stride + lane;
-                if (at < slice_packs) chunk_weight[j] = affine.weight_at[at], chunk_bias[j] = affine.bias_at[at];
+                if (at < slice_packs)
+                    chunk_weight[j] = affine.weight_pack(c + j, at), chunk_bias[j] = affine.bias_pack(c + j, at);
             }
         }
 #pragma unroll
@@ -678,23 +729,33 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
 // Each thread's exact (count, mean, M2) of x - x[row][0]; one block merge (one barrier); for a
 // cluster, one exchange through distributed shared memory. The row crosses HBM
 // once. Launch: rows * ClusterSize blocks, in clusters of ClusterSize along x.
-template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine>
+// Edges: rows the pack does not divide (RowEdges, edges.cuh). The slices are of the
+// row's aligned middle, weight and bias realigned to it (Affine's Shifted); a thread
+// with an edge value adds it to its state and writes its output alone.
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine,
+          bool Edges = false>
 __global__ void __launch_bounds__(BlockSize)
 layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
                           long long rows, long long cols, float eps) {
     static_assert(ColsPerThread % PackSize == 0, "whole packs");
+    static_assert(!Edges || PackSize > 1, "a row of lone values has no edges");
     constexpr int kPacks = ColsPerThread / PackSize;
     constexpr long long kSlice = static_cast<long long>(BlockSize) * ColsPerThread;
     using P = Pack<T, PackSize>;
     const long long row = blockIdx.x / ClusterSize, rank = blockIdx.x % ClusterSize, first_col = rank * kSlice;
-    const long long slice_packs = max(0LL, min(kSlice, cols - first_col) / PackSize);  // 0: a block past the row's end
-    const long long offset = row * cols + first_col;
+    // A middle of M packs with a head reads M + 1 packs of weight (Affine's Shifted): all inside it.
+    const RowEdges<PackSize, Edges> ends(row, cols, rank == 0, (cols / PackSize - 1) * PackSize);
+    // 0: a block past the row's end
+    const long long slice_packs = max(0LL, min(kSlice, ends.middle_cols - first_col) / PackSize);
+    const long long offset = row * cols + ends.head + first_col;
     P packs[kPacks];
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);
-    const Affine<EarlyAffine, BlockSize, P, kPacks> affine(reinterpret_cast<const P*>(weight + first_col),
-                                                          reinterpret_cast<const P*>(bias + first_col), threadIdx.x,
-                                                          slice_packs);
+    float edge = 0.0f;  // this thread's edge value, if it has one
+    if (Edges && ends.col >= 0) edge = widen(x[row * cols + ends.col]);
+    const Affine<EarlyAffine, BlockSize, P, kPacks, Edges> affine(
+        reinterpret_cast<const P*>(weight + first_col), reinterpret_cast<const P*>(bias + first_col), threadIdx.x,
+        slice_packs, static_cast<int>(ends.head));
     const float shift = widen(x[row * cols]);  // the same address for every thread: one load per warp
     // The fast division (WelfordState) where it measured faster: 16-byte packs, a block per row
     // (H200, 2026-11-22, in turns with IEEE division: fp32 2048 x 32768 3,426 -> 3,485 GB/s, fp16
@@ -703,7 +764,8 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 3% slower; fp16 pack 2: 58 -> 80, 24% slower). Lane groups measured 0.8% slower with it, the
     // streamed kernel 5.5% (its registers fell from 36 to 32: 8 blocks an SM instead of 6).
     using State = WelfordState<sizeof(P) == 16 && ClusterSize == 1>;
-    const State thread_state = thread_mean_m2<BlockSize, State>(packs, threadIdx.x, slice_packs, shift);
+    State thread_state = thread_mean_m2<BlockSize, State>(packs, threadIdx.x, slice_packs, shift);
+    if (Edges && ends.col >= 0) thread_state = State::merge(thread_state, {1.0f, edge - shift, 0.0f});
     // The inbox opens here, not at the start as softmax's does: opened there, fp32 rows of 65536
     // values (256 x 32, clusters of 8) spilled 12 bytes at 64 registers; here 4, their bound predicates.
     if constexpr (ClusterSize > 1) cluster_open_inbox<State, ClusterSize>();
@@ -711,8 +773,12 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if constexpr (ClusterSize > 1) state = cluster_merge<State, ClusterSize>(state);
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, BlockSize>(
+    // With Edges a pack at a time: two realigned packs at once spilled (fp32 1024 x 32: 20 bytes; 1024 x 32 x 8: 76).
+    store_slice<Edges ? 1 : kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, BlockSize>(
         packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
+    if (Edges && ends.col >= 0)  // normalized's formula, for one value
+        y[row * cols + ends.col] = narrow<T>((edge - shift - state.mean_) * rstd * widen(weight[ends.col]) +
+                                             widen(bias[ends.col]));
 }
 
 // How a load may use the caches (layernorm_streamed, step 5).

@@ -135,15 +135,16 @@ def test_the_streamed_path_reads_the_row_twice_with_its_cache_hints():
 
 
 def test_no_kernel_the_dispatcher_picks_spills():
-    """Every register-path shape the dispatcher picks, each dtype at its widest pack and at
-    pack 1 (rows of odd length), compiled as it would be launched. A spill puts part of the
+    """Every register-path shape the dispatcher picks, each dtype at its widest pack, at pack 1
+    (arrays aligned to no pack), and on rows of odd length in the widest pack (their aligned
+    middle: edges), compiled as it would be launched. A spill puts part of the
     row through local memory, which is what these paths exist to avoid. (fp32 rows of 32
     values a thread load weight and bias two packs at a time: 64 registers of 64 in
     1024-thread blocks, no spill.)"""
     for dtype, widest in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
         for cols in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288):
-            for pack in (widest, 1):
-                v = variant_for(cols + (pack == 1), dtype, pack)
+            for pack, extra in ((widest, 0), (1, 1), (widest, 1)):  # the last: EDGES
+                v = variant_for(cols + extra, dtype, pack)
                 if v.path not in SLICED_PATHS:
                     continue
                 spilled = v.compiled(arch="sm_90").resources(v.name_expression).spill_store_bytes
@@ -155,6 +156,28 @@ def test_no_kernel_the_dispatcher_picks_spills():
         for cols in (40, 80, 96, 192, 200, 320, 448, 576, 640):
             v = variant_for(cols, dtype, 8)
             assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
+
+
+def test_rows_with_edges_move_their_middle_and_their_weight_in_16_byte_packs():
+    """The aligned middle of a row the pack does not divide travels in 16-byte packs: x and y one
+    access a pack, weight and bias two (the pair of aligned packs a realigned one straddles); the
+    edge values alone (x, weight, bias; y), with the row's first value (the shift). The realigning
+    is selects and, for 16-bit values, funnel shifts; no register array goes to local memory, and
+    of the dispatcher's shapes none spills more than a word (test_no_kernel_the_dispatcher_picks_spills)."""
+    for v in [variant_for(4097, "float32", 4), variant_for(4097, "float16", 8), variant_for(32769, "bfloat16", 8),
+              variant_for(65537, "float32", 4), LayerNormVariant("cluster", "float32", 4, 64, 16, early_affine=True,
+                                                                 edges=True)]:
+        assert v.edges, v
+        ops, packs = _opcodes(v), v.cols_per_thread // v.pack_size
+        assert ops["LDG.E.128.CONSTANT"] == 5 * packs and ops["STG.E.128"] == packs, (v, ops)
+        narrow_loads = {op: n for op, n in ops.items() if op.startswith("LDG") and ".128" not in op}
+        narrow_stores = {op: n for op, n in ops.items() if op.startswith("STG") and ".128" not in op}
+        assert sum(narrow_loads.values()) == 4, (v, narrow_loads)  # the shift, an edge value, its weight and bias
+        assert sum(n for op, n in narrow_stores.items()) >= 1, (v, ops)  # the edge's output (and the statistics)
+        assert ops["SEL"] >= 2 * packs * (2 if v.pack_size * np_dtype(v.dtype).itemsize == 16 else 1), (v, ops)
+        if np_dtype(v.dtype).itemsize == 2:
+            assert sum(n for op, n in ops.items() if op.startswith("SHF.R.W")) >= 2 * 4 * packs, (v, ops)
+        assert v.compiled(arch="sm_90").resources(v.name_expression).local_bytes == 0, v
 
 
 def test_bf16_rows_take_the_registers_of_fp16_rows():
@@ -188,6 +211,9 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                                     cols_per_thread=16, rows_per_warp=4), "rows_per_warp"),
                                               (dict(rows_per_warp=2), "choice of the warp_rows path"),
                                               (dict(row_length=8), "choice of the warp_rows path"),
+                                              (dict(edges=True), "choice of the cluster path"),
+                                              (dict(path="cluster", pack_size=1, cols_per_thread=8, edges=True),
+                                               "two values or more"),
                                               (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
                                                     cols_per_thread=8, row_length=264), "up to 256"),
                                               (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
@@ -279,7 +305,7 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(2048, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 32)  # past 1024 values
     for cols in (8193, 16384, 65536, 262144, 524288):
         v = variant_for(cols, "float32", 4)
-        assert v.path == "cluster" and v.max_cols() >= cols, (cols, v)
+        assert v.path == "cluster" and v.max_cols() >= cols // 4 * 4 and v.edges == (cols % 4 > 0), (cols, v)
     # fp32 rows of 1025 to 8192 values in 16-byte packs are read twice; with other packs,
     # and in 16-bit formats, the row stays in registers
     assert variant_for(1028, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 256, 8)
@@ -287,10 +313,22 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(4100, "float32", 4) == LayerNormVariant("streamed", "float32", 4, 512, 16)
     assert variant_for(8196, "float32", 4).path == "cluster"
     assert variant_for(2050, "float32", 2).path == variant_for(2048, "float16", 8).path == "cluster"
-    assert variant_for(524289, "float32", 4).path == "block_fused"
-    assert variant_for(1048577, "float16", 8) == LayerNormVariant("block_fused", "float16", 8, 1024)
-    # rows of odd length: a block fitted to the row (4097 values: 256 threads of 17, not 512 of
-    # 16), clusters of such blocks for fp32, then the fused block, which re-reads the row
+    assert variant_for(524292, "float32", 4).path == "block_fused" and variant_for(524289, "float32", 4).edges
+    assert variant_for(1048584, "float16", 8) == LayerNormVariant("block_fused", "float16", 8, 1024)
+    # rows the pack does not divide, on aligned arrays: the aligned middle in the shape of its
+    # packs, the edges alone (EDGES); past the largest register shape, the fused block in the
+    # packs that divide the row
+    assert variant_for(4097, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 16, edges=True)
+    assert variant_for(4098, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 64, edges=True)
+    assert variant_for(1025, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 64, 32, edges=True)
+    assert variant_for(65537, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=8,
+                                                                edges=True)
+    assert variant_for(1028, "float32", 4).path == "streamed" and variant_for(1030, "float32", 4).edges
+    assert variant_for(1048577, "float32", 4) == LayerNormVariant("block_fused", "float32", 1, 1024)
+    assert variant_for(1048578, "float32", 4) == LayerNormVariant("block_fused", "float32", 2, 1024)
+    assert variant_for(1023, "float32", 4).path == "warp" and variant_for(1023, "float32", 4).pack_size == 1
+    # arrays aligned to no pack (pack 1): a block fitted to the row (4097 values: 256 threads of 17,
+    # not 512 of 16), clusters of such blocks for fp32, then the fused block, which re-reads the row
     assert variant_for(4097, "float32", 1) == LayerNormVariant("cluster", "float32", 1, 256, 17)
     assert variant_for(1025, "bfloat16", 1) == LayerNormVariant("cluster", "bfloat16", 1, 128, 9)
     assert variant_for(32769, "float32", 1) == LayerNormVariant("cluster", "float32", 1, 256, 17, cluster_size=8)
@@ -360,7 +398,8 @@ def _sum_squares_amplification(host):
 def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
-        [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)]
+        [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)] + \
+        [(17, c) for c in (1025, 1030, 4097, 4100, 32769, 65537)]  # EDGES: every head a pack allows
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
@@ -405,6 +444,29 @@ def test_every_path_against_float64_with_its_statistics(gpu, variant):
         _check(host, weight, bias, variant.dtype, y, amplification=amplification)
 
 
+EDGE_VARIANTS = [LayerNormVariant("cluster", d, p, 64, 2 * p, cluster_size=k, early_affine=e, edges=True)
+                 for d, p in (("float32", 4), ("float16", 8), ("bfloat16", 8), ("float32", 2), ("float16", 2))
+                 for k, e in ((1, False), (2, False), (1, True))]
+
+
+@pytest.mark.parametrize("variant", EDGE_VARIANTS, ids=lambda v: v.name_expression)
+def test_rows_with_edges_against_float64_at_every_head(gpu, variant):
+    """Rows the pack does not divide: 2 * pack + 1 rows, so that every head (0 to pack - 1 values
+    before the middle) comes up, at lengths whose middle fills the slice, leaves it short, holds
+    one pack or none, and whose tail plus head is less than a pack (the middle then ends a pack
+    early: the weight's pack after it must lie inside weight) or more."""
+    rng = np.random.default_rng()
+    p, cap = variant.pack_size, variant.max_cols()
+    for cols in (1, p - 1, p + 1, 2 * p - 1, 3 * p + 2, cap // 2 + 3, cap - 1, cap + 1, cap + p - 1):
+        if cols < 1 or cols % p == 0:
+            continue
+        host, weight, bias = _operands(2 * p + 1, cols, variant.dtype, rng)
+        y, mean, rstd = _run(variant.launch, host, weight, bias, variant.dtype)
+        _check(host, weight, bias, variant.dtype, y, mean, rstd)
+    with pytest.raises(helpers.BookError, match="in its aligned middle"):
+        variant.launch(*(DeviceArray(s, variant.dtype) for s in ((2, cap + p), (cap + p,), (cap + p,), (2, cap + p))))
+
+
 def test_constant_rows_give_the_bias_and_a_finite_rstd(gpu):
     for v in [variant_for(768, "float32", 4), variant_for(4096, "float32", 4), variant_for(65536, "float32", 4),
               LayerNormVariant("block_fused", "float32", 4, 256, statistics="sum_squares"),
@@ -430,6 +492,8 @@ def test_the_large_offset_breaks_the_sum_of_squares_and_not_welford(gpu):
               LayerNormVariant("cluster", "float32", 4, 1024, 32, cluster_size=2)]:
         error = offset_error(v, cols=min(4096, v.max_cols()))
         assert error < 10 * TOLERANCE["float32"], (v, error)
+    error = offset_error(variant_for(4097, "float32", 4), cols=4097)  # EDGES: the edge values take the shift too
+    assert error < 10 * TOLERANCE["float32"], error
 
 
 def _rows_for_the_mean_rounding(rng, cols, dtype, offsets=(1e4,)):
