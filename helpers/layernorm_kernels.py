@@ -484,13 +484,7 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
                                                                      for low, high in ROW_LENGTH_COMPILED_IN))
     if cols <= WARP_MAX_COLS:
         return lane_group_variant(cols, dtype, pack)
-    if pack < aligned:  # EDGES: the row's aligned middle in the packs the addresses allow
-        middle = cols // aligned * aligned
-        for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
-            if block * per_thread * cluster >= middle and per_thread >= aligned:
-                return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=True)
-        return LayerNormVariant("block_fused", dtype, pack, 1024)
-    if pack == 1:
+    if aligned == 1:
         fitted = lone_value_shape(cols, LONE_VALUE_BLOCKS, clusters=itemsize == 4)
         if fitted is None:
             return LayerNormVariant("block_fused", dtype, pack, 1024)
@@ -500,9 +494,11 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
         for block, per_thread in STREAMED_SHAPES:
             if block * per_thread >= cols:
                 return LayerNormVariant("streamed", dtype, pack, block, per_thread)
+    edges = pack < aligned  # EDGES: the row's aligned middle, in the packs the addresses allow
+    held = cols // aligned * aligned if edges else cols
     for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
-        if block * per_thread * cluster >= cols and per_thread >= pack:
-            return LayerNormVariant("cluster", dtype, pack, block, per_thread, cluster_size=cluster)
+        if block * per_thread * cluster >= held and per_thread >= aligned:
+            return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=edges)
     return LayerNormVariant("block_fused", dtype, pack, 1024)
 
 
