@@ -171,9 +171,9 @@ def test_rows_with_edges_move_their_middle_and_their_weight_in_16_byte_packs():
         ops, packs = _opcodes(v), v.cols_per_thread // v.pack_size
         assert ops["LDG.E.128.CONSTANT"] == 5 * packs and ops["STG.E.128"] == packs, (v, ops)
         narrow_loads = {op: n for op, n in ops.items() if op.startswith("LDG") and ".128" not in op}
-        narrow_stores = {op: n for op, n in ops.items() if op.startswith("STG") and ".128" not in op}
+        narrow_stores = sum(n for op, n in ops.items() if op.startswith("STG") and ".128" not in op)
         assert sum(narrow_loads.values()) == 4, (v, narrow_loads)  # the shift, an edge value, its weight and bias
-        assert sum(n for op, n in narrow_stores.items()) >= 1, (v, ops)  # the edge's output (and the statistics)
+        assert narrow_stores >= 1, (v, ops)  # the edge's output (and the statistics)
         assert ops["SEL"] >= 2 * packs * (2 if v.pack_size * np_dtype(v.dtype).itemsize == 16 else 1), (v, ops)
         if np_dtype(v.dtype).itemsize == 2:
             assert sum(n for op, n in ops.items() if op.startswith("SHF.R.W")) >= 2 * 4 * packs, (v, ops)
@@ -323,7 +323,7 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(1025, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 64, 32, edges=True)
     assert variant_for(65537, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=8,
                                                                 edges=True)
-    assert variant_for(1028, "float32", 4).path == "streamed" and variant_for(1030, "float32", 4).edges
+    assert variant_for(1030, "float32", 4).edges  # 1028, which 16-byte packs divide, is streamed (above)
     assert variant_for(1048577, "float32", 4) == LayerNormVariant("block_fused", "float32", 1, 1024)
     assert variant_for(1048578, "float32", 4) == LayerNormVariant("block_fused", "float32", 2, 1024)
     assert variant_for(1023, "float32", 4).path == "warp" and variant_for(1023, "float32", 4).pack_size == 1
