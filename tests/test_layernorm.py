@@ -158,6 +158,30 @@ def test_no_kernel_the_dispatcher_picks_spills():
             assert not v.compiled(arch="sm_90").resources(v.name_expression).uses_local_memory, v
 
 
+def test_16_bit_rows_of_1024_threads_load_weight_and_bias_ahead_of_their_stores():
+    """kAffineAhead: where 1024 threads hold 64 16-bit values each, pack p + 1's weight and bias are
+    loaded before pack p is stored, so more than one pack's pair is in flight between two stores.
+    Elsewhere (512 threads here) each store waits for its own pair: two loads between stores."""
+    def loads_between_stores(v):
+        sequence = re.findall(r"\b(LDG\.E\.128\S*|STG\.E\.128)", v.compiled(arch="sm_90").sass(v.name_expression))
+        counts, loads = [], 0
+        for op in sequence[sequence.index("STG.E.128") + 1:]:
+            if op == "STG.E.128":
+                counts.append(loads)
+                loads = 0
+            else:
+                loads += 1
+        return counts
+    for dtype in ("float16", "bfloat16"):
+        for k in (1, 8, 16):
+            ahead = LayerNormVariant("cluster", dtype, 8, 1024, 64, cluster_size=k)
+            counts = loads_between_stores(ahead)
+            assert len(counts) == 7 and max(counts) >= 4 and sum(counts) <= 14, (ahead, counts)
+            assert ahead.compiled(arch="sm_90").resources(ahead.name_expression).registers <= 64, ahead
+        assert loads_between_stores(LayerNormVariant("cluster", dtype, 8, 512, 64)) == [2] * 7
+    assert variant_for(65536, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 1024, 64)
+
+
 def test_rows_with_edges_move_their_middle_and_their_weight_in_16_byte_packs():
     """The aligned middle of a row the pack does not divide travels in 16-byte packs: x and y one
     access a pack, weight and bias two (the pair of aligned packs a realigned one straddles); the
@@ -410,6 +434,8 @@ VARIANTS = [LayerNormVariant("warp", d, p, 128, c, g) for d, p in (("float32", 4
             for c, g in ((8, 1), (8, 4), (32, 32)) if c >= p]
 VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 8, cluster_size=k) for k in (1, 2, 4, 8, 16)]
 VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 32, cluster_size=2)]  # weight and bias two packs a time
+VARIANTS += [LayerNormVariant("cluster", d, 8, 1024, 64, cluster_size=k)  # weight and bias one pack ahead
+             for d, k in (("float16", 1), ("bfloat16", 8))]
 VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
              LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
              LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True),
