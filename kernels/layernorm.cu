@@ -356,20 +356,34 @@ struct Affine {
 // whole SM: 1024 threads of 32 floats each (2048 x 32768 fp32 on the H200,
 // 2026-11-22: 3270 GB/s one pack a time, 3415 two). Elsewhere the registers of a
 // chunk cost more rows in flight than the wait (8192 x 8192 fp32: -5%; fp16:
-// -3 to -30%), so the kernels ask for it only there (kAffineChunk).
-template <typename T, int PackSize, int ColsPerThread, bool Early>
-constexpr int kAffineChunk = !Early && sizeof(T) == 4 && PackSize == 4 && ColsPerThread == 32 ? 2 : 1;
+// -3 to -30%), so the kernels ask for it only there (kAffineChunk). What weight and
+// bias still cost there: without them (weight 1 and bias 0 in registers, a wrong
+// result timed as a bound) these kernels ran 14-15% faster at 2048 x 32768 fp32, 24-25%
+// at 1024 x 65536 fp32 (clusters of 8) and 15-22% at 16-bit rows of 65536, as fast as
+// softmax's kernel at the same shapes or faster; thread 0's clock put the difference in the store
+// phase, 2.0 -> 4.2 us a block at fp32 32768 (H200, scratch, 2026-11-28). Rows with
+// Edges take a pack at a time: two realigned packs at once spilled (fp32 1024 x 32: 20
+// bytes; 1024 x 32 x 8: 76).
+template <typename T, int PackSize, int ColsPerThread, bool Early, bool Edges>
+constexpr int kAffineChunk = !Early && !Edges && sizeof(T) == 4 && PackSize == 4 && ColsPerThread == 32 ? 2 : 1;
 
 // Or one pack ahead: pack p + 1's weight and bias are loaded before pack p is
 // stored, so a thread's next pair is in flight while it computes and stores. Where
-// a block of 1024 threads holds 64 16-bit values each (rows of 65 536, one row an
-// SM, 64 registers a thread at most) a chunk of two packs spilled, and one pack
-// ahead fits (63 registers). In rotated turns (H100, scratch, 2026-11-28, 256 MiB,
-// GB/s, one pack a wait -> one ahead): fp16 2048 x 65536 2616 -> 2743, bf16 2648 ->
-// 2763; at 512 threads (32 768 values) +0.5%; fp32 rows of 32 768, one ahead
-// instead of chunks of two, -1%.
-template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Early>
-constexpr bool kAffineAhead = !Early && sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 64 && BlockSize == 1024;
+// a block of 1024 threads holds 64 16-bit values each (rows of 32 769 to 65 536, one
+// row an SM, and clusters of such blocks) a chunk of two packs spilled, and one pack
+// ahead fits in 62-64 registers. Only where the block's slice is full: with bounds
+// on every pack, rows that leave it part empty ran 4-6% slower than a pack a wait
+// (fp16 3355 x 40000, 3728 x 36000, bf16 2730 x 49152), so they take a pack a wait.
+// In turns with the kernel before (H200, 2026-11-28, 256 MiB, five measurements):
+// fp16 2048 x 65536 +7.2-7.6% (3,040-3,054 -> 3,264-3,279 GB/s), bf16 +7.3-8.4%, bf16
+// 2236 x 60000 +2.6-3.2%, fp16 335 x 400000 (clusters of 8) +0.9-1.1%, the part-empty
+// rows above +0.4-1.2%. In blocks of 512 threads (rows of 16 385 to 32 768) it did not
+// pay: fp16 4096 x 32768 +0.4-0.7%, bf16 -0.2 to -0.3%, part-empty rows 6-8% slower
+// (fp16 6710 x 20000, bf16 5461 x 24576; with bounds). fp32 rows of 32 768, one ahead
+// instead of chunks of two: level on the H200, 1% slower on an H100 (scratch).
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Early, bool Edges>
+constexpr bool kAffineAhead =
+    !Early && !Edges && sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 64 && BlockSize == 1024;
 
 template <int Chunk, int Stride, bool Ahead = false, bool Early, typename P, int kPacks, bool Shifted>
 __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
@@ -377,16 +391,17 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
                                             long long slice_packs, float mean, float rstd, float shift) {
     static_assert(kPacks % Chunk == 0 && (Chunk == 1 || !Early), "whole chunks, of late weight and bias");
     static_assert(!Ahead || (Chunk == 1 && !Early), "one pack ahead: of late weight and bias, a pack at a time");
-    if constexpr (Ahead) {
-        P w, b;  // pack p's weight and bias
-        if (lane < slice_packs) w = affine.weight_pack(0, lane), b = affine.bias_pack(0, lane);
+    // One pack ahead where the slice is full (every thread holds all its packs: no bounds);
+    // a slice the row leaves part empty takes the loop below, a pack at a time (kAffineAhead).
+    if (Ahead && slice_packs >= static_cast<long long>(kPacks) * Stride) {
+        P w = affine.weight_pack(0, lane), b = affine.bias_pack(0, lane);  // pack p's
 #pragma unroll
         for (int p = 0; p < kPacks; ++p) {
-            const long long at = p * Stride + lane, next = at + Stride;
+            const long long at = p * Stride + lane;
             P next_w, next_b;
-            if (p + 1 < kPacks && next < slice_packs)
-                next_w = affine.weight_pack(p + 1, next), next_b = affine.bias_pack(p + 1, next);
-            if (at < slice_packs) store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
+            if (p + 1 < kPacks)
+                next_w = affine.weight_pack(p + 1, at + Stride), next_b = affine.bias_pack(p + 1, at + Stride);
+            store_pack(out + at, normalized(packs[p], w, b, mean, rstd, shift));
             w = next_w, b = next_b;
         }
         return;
@@ -799,9 +814,8 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if constexpr (ClusterSize > 1) state = cluster_merge<State, ClusterSize>(state);
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    // With Edges a pack at a time: two realigned packs at once spilled (fp32 1024 x 32: 20 bytes; 1024 x 32 x 8: 76).
-    store_slice<Edges ? 1 : kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine>, BlockSize,
-                !Edges && kAffineAhead<T, PackSize, ColsPerThread, BlockSize, EarlyAffine>>(
+    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine, Edges>, BlockSize,
+                kAffineAhead<T, PackSize, ColsPerThread, BlockSize, EarlyAffine, Edges>>(
         packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
     if (Edges && ends.col >= 0)  // normalized's formula, for one value
         y[row * cols + ends.col] = narrow<T>((edge - shift - state.mean_) * rstd * widen(weight[ends.col]) +
