@@ -27,7 +27,8 @@ from .operands import (C_TYPES, HostReferences, InputPool, check_by_rows, check_
 from .reduce_kernels import CLUSTER_SIZES, GROUP_WIDTHS, lane_group_shape, lone_value_shape
 
 SOURCE = "softmax.cu"
-SOURCES = ["kernels/softmax.cu", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh", "kernels/pack.cuh"]
+SOURCES = ["kernels/softmax.cu", "kernels/edges.cuh", "kernels/rows.cuh", "kernels/convert.cuh", "kernels/reduce.cuh",
+           "kernels/pack.cuh"]
 # The ladder's first two steps, then the library's paths.
 PATHS = ("naive", "ft_style", "warp", "block_cached", "block_uncached", "cluster")
 MAX_COLS_PER_THREAD = 32  # warp path: floats per thread for the row; beyond this it spills

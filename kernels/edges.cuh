@@ -1,5 +1,8 @@
-// Rows that a pack does not divide (4097 values, say), in packs all the same.
-//
+// Rows that a pack does not divide (4097 values, say), in packs all the same. The
+// softmax chapter's cluster kernel (softmax.cu) and the LayerNorm chapter's
+// (layernorm.cu) take their rows this way.
+#pragma once
+
 // Row r starts at element r * cols. Unless the pack divides cols, that start
 // wanders through the pack: yet every row has an aligned middle. Its first HEAD
 // values (fewer than a pack) run up to the first address a pack may start at; the
@@ -9,15 +12,10 @@
 // first block. Without Edges the row is all middle (head 0, no edge values), and the
 // compiler drops every line about the edges.
 //
-// The LayerNorm chapter's cluster kernel takes rows this way (layernorm.cu). The
-// softmax chapter's kernel split its rows so first, with its own copy of this struct
-// (softmax.cu), which it gives up for this header when that chapter is next recorded:
-// a kernel source changed is a recording made stale.
-#pragma once
-
 // most_middle: the most values the middle of a row with a head may hold (a multiple of
-// PackSize; -1: no limit); the values past it are then edge values too, at most
-// 2 * PackSize - 1 in all.
+// PackSize; -1, the default: no limit); the values past it are then edge values too,
+// at most 2 * PackSize - 1 in all. LayerNorm passes it so that a shifted middle's
+// reads of weight and bias stay inside them (layernorm.cu); softmax has no such reads.
 template <int PackSize, bool Edges>
 struct RowEdges {
     long long head = 0;         // values before the middle

@@ -351,19 +351,18 @@ struct Affine {
 
 // Late weight and bias can be loaded Chunk packs at a time, a chunk's loads issued
 // together before its stores. A store is a barrier to the compiler (store_pack is
-// volatile asm), so one pack at a time makes a thread wait for L2 once per pack
-// with nothing else of its own in flight. That wait shows where a block holds a
-// whole SM: 1024 threads of 32 floats each (2048 x 32768 fp32 on the H200,
-// 2026-11-22: 3270 GB/s one pack a time, 3415 two). Elsewhere the registers of a
-// chunk cost more rows in flight than the wait (8192 x 8192 fp32: -5%; fp16:
-// -3 to -30%), so the kernels ask for it only there (kAffineChunk). What weight and
-// bias still cost there: without them (weight 1 and bias 0 in registers, a wrong
-// result timed as a bound) these kernels ran 14-15% faster at 2048 x 32768 fp32, 24-25%
-// at 1024 x 65536 fp32 (clusters of 8) and 15-22% at 16-bit rows of 65536, as fast as
-// softmax's kernel at the same shapes or faster; thread 0's clock put the difference in the store
-// phase, 2.0 -> 4.2 us a block at fp32 32768 (H200, scratch, 2026-11-28). Rows with
-// Edges take a pack at a time: two realigned packs at once spilled (fp32 1024 x 32: 20
-// bytes; 1024 x 32 x 8: 76).
+// volatile asm), so one pack at a time makes a thread wait for L2 once per pack with
+// nothing else of its own in flight. That wait shows where a block holds a whole SM:
+// 1024 threads of 32 floats each (2048 x 32768 fp32 on the H200, 2026-11-22: 3270 GB/s
+// one pack a time, 3415 two). Elsewhere the registers of a chunk cost more rows in
+// flight than the wait (8192 x 8192 fp32: -5%; fp16: -3 to -30%), so the kernels ask
+// for it only there (kAffineChunk). What weight and bias still cost there: without them
+// (weight 1 and bias 0 in registers, a wrong result timed as a bound) these kernels ran
+// 14-15% faster at 2048 x 32768 fp32, 24-25% at 1024 x 65536 fp32 (clusters of 8) and
+// 15-22% at 16-bit rows of 65536, as fast as softmax's kernel at the same shapes or
+// faster; thread 0's clock put the difference in the store phase, 2.0 -> 4.2 us a block
+// at fp32 32768 (H200, scratch, 2026-11-28). Rows with Edges take a pack at a time: two
+// realigned packs at once spilled (fp32 1024 x 32: 20 bytes; 1024 x 32 x 8: 76).
 template <typename T, int PackSize, int ColsPerThread, bool Early, bool Edges>
 constexpr int kAffineChunk = !Early && !Edges && sizeof(T) == 4 && PackSize == 4 && ColsPerThread == 32 ? 2 : 1;
 
@@ -784,11 +783,30 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     constexpr int kPacks = ColsPerThread / PackSize;
     constexpr long long kSlice = static_cast<long long>(BlockSize) * ColsPerThread;
     using P = Pack<T, PackSize>;
-    const long long row = blockIdx.x / ClusterSize, rank = blockIdx.x % ClusterSize, first_col = rank * kSlice;
+    const long long row = blockIdx.x / ClusterSize, rank = blockIdx.x % ClusterSize;
     // A middle of M packs with a head reads M + 1 packs of weight (Affine's Shifted): all inside it.
     const RowEdges<PackSize, Edges> ends(row, cols, rank == 0, (cols / PackSize - 1) * PackSize);
+    // Each block of a cluster takes an equal share of the middle (cluster_share, rows.cuh). In
+    // whole slices, rows that fill the cluster in part left its last blocks empty; H200,
+    // 2026-11-28, in turns, 256 MiB, us, whole slices -> shares: fp16 1677 x 80000 533 -> 376,
+    // 1342 x 100001 517 -> 362, 335 x 400000 274 -> 248; bf16 671 x 200000 238 -> 208; fp32
+    // 479 x 140000 315 -> 268, 671 x 100001 235 -> 220. Rows that fill their shape: within
+    // 0.1% (fp16 512 x 262144) or faster (fp32 1024 x 65536: 1.9-2.4%).
+    // Packs count their columns in 32 bits (a row on chip is well under 2^31 values). The
+    // 64-bit arithmetic before the first loads goes (fp16 1024 x 64: LOP3 37 -> 18, SHF 18 ->
+    // 9), and the first load issues at instruction 30, not 52. Same day, in turns with 64
+    // bits: fp16 2048 x 65536 +3.8-4.0%, 3355 x 40000 +5.7-5.9%, 4096 x 32768 +1.8-2.0%, bf16
+    // 65536 x 2048 +4.5-4.8%, fp32 2048 x 32768 +2.1-2.5%; rows with Edges fp16 32760 x 4097
+    // +7.3-7.5%, fp32 2047 x 32769 +5.6-6.5%; fp32 16380 x 4097 -0.2 to -0.4%; the rest within
+    // 0.6%. Lone values keep 64 bits: in 32 they took more registers (fp32 512 x 32: 64 -> 98).
+    constexpr bool kColumnsInInt = PackSize > 1;
+    const int share = ClusterSize == 1 ? static_cast<int>(kSlice)
+                                       : cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
+    const long long first_col = kColumnsInInt ? static_cast<int>(rank) * share : rank * kSlice;  // of the middle
     // 0: a block past the row's end
-    const long long slice_packs = max(0LL, min(kSlice, ends.middle_cols - first_col) / PackSize);
+    const long long slice_packs =
+        kColumnsInInt ? max(0, min(share, static_cast<int>(ends.middle_cols) - static_cast<int>(first_col)) / PackSize)
+                      : max(0LL, min(kSlice, ends.middle_cols - first_col) / PackSize);
     const long long offset = row * cols + ends.head + first_col;
     P packs[kPacks];
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);

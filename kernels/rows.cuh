@@ -34,6 +34,25 @@ __device__ __forceinline__ float widen_at(const Pack<__nv_bfloat16, N>& pack, in
     }
 }
 
+// a / b rounded up, for a >= 0 and b > 0 (a caller that may pass a < 0 clamps the result).
+template <typename I>
+__device__ __forceinline__ I ceil_div(I a, I b) { return (a + b - 1) / b; }
+
+// The columns of a row's middle (RowEdges, edges.cuh) that each block of a cluster takes:
+// an equal share, in whole warps' packs, at most the block's Slice. A row that fills its
+// cluster in part then leaves every block a little short of its slice. Cut into whole
+// slices, it kept the first blocks full and the last ones empty, holding their SMs' slots
+// until the row was done: softmax.cu and layernorm.cu give what that cost. Lone values
+// (PackSize 1) keep whole slices (softmax.cu tells why). In 32-bit arithmetic, as a row on
+// chip is well under 2^31 values: in 64 bits LayerNorm's cluster kernels with Edges took
+// 11-14 more registers (fp32 512 x 32 x 8: 61 -> 75, one block an SM instead of two).
+template <int PackSize, int ClusterSize, int Slice>
+__device__ __forceinline__ int cluster_share(long long middle_cols) {
+    constexpr int kWarpCols = 32 * PackSize;
+    if constexpr (PackSize == 1) return Slice;
+    return min(Slice, ceil_div(static_cast<int>(middle_cols), ClusterSize * kWarpCols) * kWarpCols);
+}
+
 // One store of a whole pack as a single access of its size. A plain `*dst = pack`
 // is what the other chapters use; in softmax's cluster kernel NVVM split that
 // copy into 4-byte stores (seen in its PTX: st.global.f32, four per pack, even

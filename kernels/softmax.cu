@@ -7,9 +7,10 @@
 // output is NaN, as in PyTorch. A row with some -inf entries gives them 0.
 //
 // Requires (checked by the host): x, y aligned to a Pack, and cols a multiple of
-// PackSize, except on the cluster path with Edges (RowEdges below); the host picks the
+// PackSize, except on the cluster path with Edges (RowEdges, edges.cuh); the host picks the
 // widest pack the arrays are aligned to, and for short rows one that divides cols.
 #include "convert.cuh"
+#include "edges.cuh"
 #include "reduce.cuh"
 #include "rows.cuh"
 
@@ -334,34 +335,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
-// a / b rounded up, for a >= 0 and b > 0 (a caller that may pass a < 0 clamps the result).
-template <typename I>
-__device__ __forceinline__ I ceil_div(I a, I b) { return (a + b - 1) / b; }
-
-// A row whose length the pack does not divide (Edges: 4097 values, say) still has an
-// aligned middle. Row r starts at element r * cols; its first HEAD values, fewer than a
-// pack, run up to the first address a pack may start at, and its last values past the
-// middle, fewer than a pack again, are the TAIL. The middle travels in whole packs like
-// any row; the head and the tail, at most 2 * (PackSize - 1) values, one to a thread, in
-// the first threads of the row's first block. Without Edges the row is all middle
-// (head 0, no edge values) and the compiler drops every line about them.
-template <int PackSize, bool Edges>
-struct RowEdges {
-    long long head = 0;         // values before the middle
-    long long middle_cols = 0;  // a multiple of PackSize
-    long long col = -1;         // the column of this thread's edge value, or -1
-    __device__ RowEdges(long long row, long long cols, bool first_block) {
-        if constexpr (Edges) {
-            head = min(cols, (-(row * cols)) & (PackSize - 1));  // x, y are aligned: so is column head
-            middle_cols = (cols - head) / PackSize * PackSize;
-            const long long t = threadIdx.x;
-            if (first_block && t < cols - middle_cols) col = t < head ? t : t + middle_cols;
-        } else {
-            middle_cols = cols;
-        }
-    }
-};
-
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
           int SharedPacks = 0, bool Timed = false, bool Edges = false>
 __global__ void __launch_bounds__(BlockSize, kLoneFloatMinBlocks<T, PackSize, BlockSize, SharedPacks>)
@@ -392,8 +365,8 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     const float minus_inf = -__int_as_float(0x7f800000);
     const long long row = blockIdx.x / ClusterSize;
     const RowEdges<PackSize, Edges> ends(row, cols, blockIdx.x % ClusterSize == 0);
-    // Every block of the cluster takes an equal share of the row's middle, in whole warps'
-    // packs. A row that fills the cluster in part then leaves every block a little short of
+    // Every block of the cluster takes an equal share of the row's middle (cluster_share,
+    // rows.cuh), in whole warps' packs. A row that fills the cluster in part then leaves every block a little short of
     // its slice, which it takes from the shared part first; cut into whole slices, it kept
     // the first blocks full, shared part and all, and the last ones empty while they held
     // their SMs' slots until the row was done. H200, 2026-11-24, in turns, 256 MiB, us,
@@ -403,10 +376,7 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     // shares the compiler kept their bounds predicates in registers (P2R), 46 -> 75 of
     // them for 256 x 25 values x 8 blocks, and 1,335 x 50257 fp32 fell from 3,908 to
     // 3,357 GB/s in a recording made with them; the shapes fitted to them fill their blocks.
-    constexpr int kWarpCols = 32 * PackSize;  // a row on chip is well under 2^31 values
-    constexpr int kClusterWarpCols = ClusterSize * kWarpCols;
-    const long long share = PackSize == 1 ? kSlice : min(static_cast<int>(kSlice),
-                                ceil_div(static_cast<int>(ends.middle_cols), kClusterWarpCols) * kWarpCols);
+    const long long share = cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
     const long long first_col = (blockIdx.x % ClusterSize) * share;  // of the middle
     const long long slice_cols = min(share, ends.middle_cols - first_col);  // <= 0: a block past the row's end
     // Pack i of this thread is mine[i * BlockSize] (column (i * BlockSize + thread) * PackSize
