@@ -180,3 +180,20 @@ def test_source_hashes_are_relative_to_the_project():
     hashes = source_hashes(["copy.cu"])
     assert list(hashes) == ["kernels/copy.cu"]
     assert hashes["kernels/copy.cu"] == sha256_of(ROOT / "kernels" / "copy.cu")
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in (ROOT / "helpers").glob("*_kernels.py")))
+def test_a_chapter_hashes_every_header_its_kernels_include(module):
+    """A recording is stale when a source it was measured with changes, and it knows its sources from
+    the chapter's SOURCES: a header the kernel file includes but SOURCES leaves out could change
+    without the recording noticing (softmax.cu's edges.cuh, until it was listed)."""
+    chapter = __import__(f"helpers.{module}", fromlist=["SOURCE"])
+    included, unread = set(), [chapter.SOURCE]
+    while unread:
+        text = (ROOT / "kernels" / unread.pop()).read_text()
+        for name in re.findall(r'^#include "([^"]+)"', text, re.M):
+            if name not in included:
+                included.add(name)
+                unread.append(name)
+    listed = {Path(s).name for s in chapter.SOURCES}
+    assert {chapter.SOURCE} | included <= listed, (module, sorted(included - listed))
