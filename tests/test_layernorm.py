@@ -348,6 +348,17 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(1025, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 64, 32, edges=True)
     assert variant_for(65537, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=8,
                                                                 edges=True)
+    # rows past 65 536 values: clusters fitted to them (CLUSTER_SHAPES), 16-bit rows of up to 131 072
+    # in 8 blocks of 256, not 16 (a block a quarter to a half full), fp32 ones in 16 blocks of 256
+    assert variant_for(80000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=8)
+    assert variant_for(131072, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=8)
+    assert variant_for(131073, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=8,
+                                                                 edges=True)  # its middle: 131 072 values
+    assert variant_for(140000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=16)
+    assert variant_for(300000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 512, 64, cluster_size=16)
+    assert variant_for(100001, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=16,
+                                                                 edges=True)
+    assert variant_for(200000, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 512, 32, cluster_size=16)
     assert variant_for(1030, "float32", 4).edges  # 1028, which 16-byte packs divide, is streamed (above)
     assert variant_for(1048577, "float32", 4) == LayerNormVariant("block_fused", "float32", 1, 1024)
     assert variant_for(1048578, "float32", 4) == LayerNormVariant("block_fused", "float32", 2, 1024)
@@ -425,7 +436,7 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
         [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)] + \
         [(17, c) for c in (1025, 1030, 4097, 4100, 32769, 65537)] + \
-        [(3, c) for c in (80000, 100001, 140000, 200001)]  # clusters the row fills in part: equal shares
+        [(3, c) for c in (80000, 100001, 140000, 200001, 300007)]  # clusters the row fills in part: equal shares
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
