@@ -251,14 +251,15 @@ class LayerNormVariant:
 # as that allows (more, smaller blocks per SM keep more rows in flight), and the
 # longest rows go to clusters. For each row length the first shape that holds it.
 # (Rows of up to 1024 values take a lane group, before this table.)
-# The clusters were fitted to the rows past 65 536 values on 2026-11-28 (H200, scratch, in
-# turns with the shape each replaces, 256 MiB, three measurements, us, before -> now):
+# The clusters were fitted to the rows past 32 768 values on 2026-11-28 (H200, scratch, in
+# turns with the shape each replaces, 256 MiB, three measurements, us, before -> now), first
+# the blocks and the cluster size:
 # - 16-bit rows of 65 537-131 072 had gone to 16 blocks of 256 (256, 64, 16), each block
 #   then a quarter to a half full; in 8 such blocks: fp16 2033 x 66000 441.5 -> 253.3,
 #   1677 x 80000 378.7 -> 224.2, 1342 x 100001 366.0 -> 233.0, 1177 x 114000 294.8 -> 187.8,
 #   1024 x 131072 268.3 -> 178.1; bf16 1917 x 70001 470.5 -> 284.4, 1342 x 100001 369.2 ->
 #   237.6. 4 blocks of 512, 2 of 1024 and 16 of 128 were 3-16% slower than 8 of 256 there.
-# - 16-bit rows of 131 073-262 144 keep 16 blocks of 256: fp16 958 x 140000 260.6 (8 of 512:
+# - 16-bit rows of 131 073-262 144 stay in 16 blocks of 256: fp16 958 x 140000 260.6 (8 of 512:
 #   262.2, 4 of 1024: 297.5), 671 x 200001 248.0 (255.1, 283.4), bf16 671 x 200000 208.6 (216.1).
 # - 16-bit rows of 262 145-524 288, (1024, 64, 8) -> (512, 64, 16): fp16 447 x 300000 281.4
 #   -> 266.3, 335 x 400000 247.9 -> 234.1; but bf16 256 x 524288, a full row, 211.8 ->
@@ -267,6 +268,18 @@ class LayerNormVariant:
 #   745 x 90000 197.9 -> 193.0, 671 x 100001 224.0 -> 219.2, 512 x 131072 178.9 -> 173.5.
 # - fp32 rows of 131 073-262 144, (1024, 32, 8) -> (512, 32, 16): 479 x 140000 268.8 ->
 #   240.8, 335 x 200001 248.7 -> 237.0, 256 x 262144 196.6 -> 191.1.
+# - Then fewer values a thread, where the row leaves the shape part empty (same day, same way):
+#   16-bit blocks of 256 holding 40, 48 or 56 values took 46-48 registers (5 blocks an SM)
+#   where 64 values took 57 (4): fp16 2033 x 66000 in 8 blocks 253.6 -> 212.4 (40 values),
+#   1677 x 80000 223.1 -> 190.7 (40), 1491 x 90000 210.9 -> 189.4 (48), 1342 x 100001 231.9
+#   -> 227.2 (56), 1177 x 114000 188.2 -> 171.9 (56), bf16 1917 x 70001 284.4 -> 248.0 (40);
+#   in 16 blocks, fp16 958 x 140000 260.7 -> 228.4 (48), 789 x 170000 233.6 -> 206.5 (48);
+#   but bf16 671 x 200000 in 56, 209.0 -> 211.7, so 16-bit rows of 196 609-262 144 keep 64.
+#   4 blocks of 512 x 48 lost 1-3%. fp32 blocks of 256 holding 20 values (46-48 registers):
+#   1677 x 40000 194.1 -> 169.4 in 8 blocks, 958 x 70001 260.0 -> 216.8 in 16; 24 or 28
+#   values (50-58 registers, 4 blocks an SM) gained at most 1% in 8 blocks and lost 2-3%
+#   (1342 x 50000 in 28: 182.1; 745 x 90000 in 24: 197.9 against 193.7); 512 x 24 x 16 was
+#   4% faster at 479 x 140000 and level at 394 x 170000, so the table leaves it out.
 # Where one block holds the row, clusters of smaller blocks lost: fp16 2048 x 65536 in 1024 x
 # 64 159.1, in 4 x 256 177.4, 2 x 512 181.7, 8 x 128 172.3; fp32 2048 x 32768 in 1024 x 32
 # 153.4, in 4 x 256 163.3, 2 x 512 163.6; fp16 4096 x 32768 in 512 x 64 139.7, in 2 x 256
@@ -275,10 +288,10 @@ class LayerNormVariant:
 # threads, it took 68 registers, 3 blocks an SM instead of 4, and ran slower still). fp32
 # rows of 32 769-65 536 keep 8 blocks of 256 (1677 x 40000: 194.2; 4 x 512 203.2).
 CLUSTER_SHAPES = {
-    4: ((128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 32, 8),
-        (256, 32, 16), (512, 32, 16), (1024, 32, 16)),
-    2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 64, 8),
-        (256, 64, 16), (512, 64, 16), (1024, 64, 16)),
+    4: ((128, 16, 1), (256, 16, 1), (512, 16, 1), (512, 32, 1), (1024, 32, 1), (256, 20, 8), (256, 32, 8),
+        (256, 20, 16), (256, 32, 16), (512, 32, 16), (1024, 32, 16)),
+    2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 40, 8),
+        (256, 48, 8), (256, 56, 8), (256, 64, 8), (256, 48, 16), (256, 64, 16), (512, 64, 16), (1024, 64, 16)),
 }
 # The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
 # values in 16-byte packs; two packs a thread up to 4096 values, as torch.compile's

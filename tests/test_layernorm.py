@@ -142,7 +142,8 @@ def test_no_kernel_the_dispatcher_picks_spills():
     values a thread load weight and bias two packs at a time: 64 registers of 64 in
     1024-thread blocks, no spill.)"""
     for dtype, widest in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
-        for cols in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288):
+        for cols in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 40000, 65536, 80000, 90000, 100000, 131072,
+                     140000, 262144, 524288):  # 40 000 to 140 000: the clusters of fewer values a thread
             for pack, extra in ((widest, 0), (1, 1), (widest, 1)):  # the last: EDGES
                 v = variant_for(cols + extra, dtype, pack)
                 if v.path not in SLICED_PATHS:
@@ -348,14 +349,21 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(1025, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 64, 32, edges=True)
     assert variant_for(65537, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=8,
                                                                 edges=True)
-    # rows past 65 536 values: clusters fitted to them (CLUSTER_SHAPES), 16-bit rows of up to 131 072
-    # in 8 blocks of 256, not 16 (a block a quarter to a half full), fp32 ones in 16 blocks of 256
-    assert variant_for(80000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=8)
+    # rows in clusters: the first shape of CLUSTER_SHAPES that holds the row's middle, so 16-bit rows of
+    # 65 537-131 072 values in 8 blocks of 256 holding 40 to 64 values a thread, not 16 blocks of 64, and
+    # fp32 rows of 32 769-40 960 and 65 537-81 920 in blocks of 20 values a thread
+    assert variant_for(80000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 40, cluster_size=8)
+    assert variant_for(90000, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 256, 48, cluster_size=8)
+    assert variant_for(100001, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 56, cluster_size=8,
+                                                                 edges=True)
     assert variant_for(131072, "bfloat16", 8) == LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=8)
     assert variant_for(131073, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=8,
                                                                  edges=True)  # its middle: 131 072 values
-    assert variant_for(140000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 64, cluster_size=16)
+    assert variant_for(140000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 256, 48, cluster_size=16)
     assert variant_for(300000, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 512, 64, cluster_size=16)
+    assert variant_for(40000, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 20, cluster_size=8)
+    assert variant_for(70001, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 20, cluster_size=16,
+                                                                edges=True)
     assert variant_for(100001, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 256, 32, cluster_size=16,
                                                                  edges=True)
     assert variant_for(200000, "float32", 4) == LayerNormVariant("cluster", "float32", 4, 512, 32, cluster_size=16)
@@ -436,7 +444,7 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
         [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)] + \
         [(17, c) for c in (1025, 1030, 4097, 4100, 32769, 65537)] + \
-        [(3, c) for c in (80000, 100001, 140000, 200001, 300007)]  # clusters the row fills in part: equal shares
+        [(3, c) for c in (36001, 80000, 100001, 140000, 200001, 300007)]  # clusters the row fills in part: equal shares
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
         y, mean, rstd = _run(layer_norm, host, weight, bias, dtype)
