@@ -1,5 +1,6 @@
 """Recordings: schema, atomic writes, replay, and stale figures."""
 import ast
+import importlib
 import inspect
 import json
 import re
@@ -187,7 +188,7 @@ def test_a_chapter_hashes_every_header_its_kernels_include(module):
     """A recording is stale when a source it was measured with changes, and it knows its sources from
     the chapter's SOURCES: a header the kernel file includes but SOURCES leaves out could change
     without the recording noticing (softmax.cu's edges.cuh, until it was listed)."""
-    chapter = __import__(f"helpers.{module}", fromlist=["SOURCE"])
+    chapter = importlib.import_module(f"helpers.{module}")
     included, unread = set(), [chapter.SOURCE]
     while unread:
         text = (ROOT / "kernels" / unread.pop()).read_text()
