@@ -89,3 +89,13 @@ def test_the_introduction_names_the_gpu_and_the_dates_of_the_recordings():
     assert set(devices.values()) == {gpu}, devices
     latest = max(recorded.values())
     assert f"recorded on {gpu} on {latest}" in intro
+
+
+def test_the_appendix_shows_every_kernel_source():
+    # book/kernels.md promises "every kernel of the book": a source file added to kernels/ (a header
+    # shared by two chapters, say) must get its own section there.
+    appendix = (ROOT / "book" / "kernels.md").read_text()
+    shown = set(re.findall(r"```\{literalinclude\} \.\./kernels/(\S+)", appendix))
+    sources = {p.name for p in (ROOT / "kernels").iterdir() if p.suffix in (".cu", ".cuh")}
+    assert sources - shown == set(), f"kernels missing from book/kernels.md: {sorted(sources - shown)}"
+    assert shown - sources == set(), f"book/kernels.md includes files that are gone: {sorted(shown - sources)}"
