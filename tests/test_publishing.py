@@ -4,7 +4,7 @@ import re
 
 import yaml
 
-from helpers.paths import ROOT
+from helpers.paths import KERNELS, ROOT
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 README = (ROOT / "README.md").read_text()
@@ -96,6 +96,6 @@ def test_the_appendix_shows_every_kernel_source():
     # shared by two chapters, say) must get its own section there.
     appendix = (ROOT / "book" / "kernels.md").read_text()
     shown = set(re.findall(r"```\{literalinclude\} \.\./kernels/(\S+)", appendix))
-    sources = {p.name for p in (ROOT / "kernels").iterdir() if p.suffix in (".cu", ".cuh")}
+    sources = {p.name for p in KERNELS.iterdir() if p.suffix in (".cu", ".cuh")}
     assert sources - shown == set(), f"kernels missing from book/kernels.md: {sorted(sources - shown)}"
     assert shown - sources == set(), f"book/kernels.md includes files that are gone: {sorted(shown - sources)}"

@@ -13,7 +13,7 @@ import helpers
 from helpers import device
 from helpers.bench import Bench
 from helpers.display import kernel_source
-from helpers.paths import DATA, ROOT
+from helpers.paths import DATA, KERNELS, ROOT
 from helpers.record import Recording, sha256_of, source_hashes, stale_sources, validate
 
 RECORDINGS = sorted(DATA.glob("*.json"))
@@ -191,7 +191,7 @@ def test_a_chapter_hashes_every_header_its_kernels_include(module):
     chapter = importlib.import_module(f"helpers.{module}")
     included, unread = set(), [chapter.SOURCE]
     while unread:
-        text = (ROOT / "kernels" / unread.pop()).read_text()
+        text = (KERNELS / unread.pop()).read_text()
         for name in re.findall(r'^#include "([^"]+)"', text, re.M):
             if name not in included:
                 included.add(name)
