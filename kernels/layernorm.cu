@@ -384,6 +384,9 @@ template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Early
 constexpr bool kAffineAhead =
     !Early && !Edges && sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 64 && BlockSize == 1024;
 
+// A thread's packs, normalized, weighted and biased, stored to out: pack p at p * Stride +
+// lane, those at or past slice_packs left alone. Weight and bias come from Affine a pack at a
+// time, Chunk packs at a time (kAffineChunk) or, with Ahead, one pack ahead (kAffineAhead).
 template <int Chunk, int Stride, bool Ahead = false, bool Early, typename P, int kPacks, bool Shifted>
 __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
                                             const Affine<Early, Stride, P, kPacks, Shifted>& affine, int lane,
@@ -763,6 +766,23 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
         store_packs_if<Rows>(reinterpret_cast<P*>(y) + own_pack + 32 * p, row_packs, out[p], stored[p]);
 }
 
+// Blocks an SM the compiler must leave registers for (__launch_bounds__' second argument;
+// 0: no bound). 16-bit rows of 2048 values, 64 threads of 32 values: counting the columns
+// in 32 bits took the fp16 kernel from 40 registers to 48 (25 blocks an SM to 21), and its
+// rows from 4,061 to 3,978 GB/s in the recording. Twenty-two blocks leave at most 46
+// registers, and it takes 40 again, with no spill (asking for 25 left 40 and it took 32
+// and spilled 8 bytes). In turns (H200, 2026-11-28, 256 MiB, three measurements): fp16
+// 65536 x 2048 135.6 -> 133.7 us (+1.3-1.4%); bf16, at 40 registers already, level.
+template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Edges>
+constexpr int kMinBlocksPerSM =
+    sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 32 && BlockSize == 64 && !Edges ? 22 : 0;
+
+// The type layernorm_cluster_per_row counts a row's columns in: int for packs (a row on
+// chip is well under 2^31 values; the kernel tells what 64 bits cost), long long for lone
+// values (in 32 bits they took more registers).
+template <bool InInt> struct ColumnCount { using type = long long; };
+template <> struct ColumnCount<true> { using type = int; };
+
 // Step 4, long rows: the row in the registers of a block, or of a cluster of
 // ClusterSize blocks (block `rank` holds columns [rank * slice, (rank + 1) *
 // slice), slice = BlockSize * ColsPerThread), as in softmax's cluster kernel.
@@ -772,17 +792,6 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
 // Edges: rows the pack does not divide (RowEdges, edges.cuh). The slices are of the
 // row's aligned middle, weight and bias realigned to it (Affine's Shifted); a thread
 // with an edge value adds it to its state and writes its output alone.
-// Blocks an SM the compiler must leave registers for (__launch_bounds__' second argument;
-// 0: no bound). 16-bit rows of 2048 values, 64 threads of 32 values: counting the columns
-// in 32 bits took the fp16 kernel from 40 registers to 48 (25 blocks an SM to 21), and its
-// rows from 4,061 to 3,978 GB/s in the recording. Twenty-two blocks leave at most 46
-// registers, and it takes 40 again, with no spill (asking for 25 left 40 and it took 32
-// and spilled 8 bytes). In turns (H200, 2026-11-28, 256 MiB, three measurements): fp16
-// 65536 x 2048 135.6 -> 133.8 us (+1.3-1.4%); bf16, at 40 registers already, level.
-template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Edges>
-constexpr int kMinBlocksPerSM =
-    sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 32 && BlockSize == 64 && !Edges ? 22 : 0;
-
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine,
           bool Edges = false>
 __global__ void __launch_bounds__(BlockSize, (kMinBlocksPerSM<T, PackSize, ColsPerThread, BlockSize, Edges>))
@@ -810,14 +819,12 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 65536 x 2048 +4.5-4.8%, fp32 2048 x 32768 +2.1-2.5%; rows with Edges fp16 32760 x 4097
     // +7.3-7.5%, fp32 2047 x 32769 +5.6-6.5%; fp32 16380 x 4097 -0.2 to -0.4%; the rest within
     // 0.6%. Lone values keep 64 bits: in 32 they took more registers (fp32 512 x 32: 64 -> 98).
-    constexpr bool kColumnsInInt = PackSize > 1;
-    const int share = ClusterSize == 1 ? static_cast<int>(kSlice)
-                                       : cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
-    const long long first_col = kColumnsInInt ? static_cast<int>(rank) * share : rank * kSlice;  // of the middle
+    using Col = typename ColumnCount<(PackSize > 1)>::type;
+    const Col share = cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
+    const Col first = static_cast<Col>(rank) * share;
+    const long long first_col = first;  // of the middle
     // 0: a block past the row's end
-    const long long slice_packs =
-        kColumnsInInt ? max(0, min(share, static_cast<int>(ends.middle_cols) - static_cast<int>(first_col)) / PackSize)
-                      : max(0LL, min(kSlice, ends.middle_cols - first_col) / PackSize);
+    const long long slice_packs = max(Col(0), min(share, static_cast<Col>(ends.middle_cols) - first) / PackSize);
     const long long offset = row * cols + ends.head + first_col;
     P packs[kPacks];
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);

@@ -49,7 +49,7 @@ __device__ __forceinline__ I ceil_div(I a, I b) { return (a + b - 1) / b; }
 template <int PackSize, int ClusterSize, int Slice>
 __device__ __forceinline__ int cluster_share(long long middle_cols) {
     constexpr int kWarpCols = 32 * PackSize;
-    if constexpr (PackSize == 1) return Slice;
+    if constexpr (PackSize == 1 || ClusterSize == 1) return Slice;  // a single block's slice holds the row
     return min(Slice, ceil_div(static_cast<int>(middle_cols), ClusterSize * kWarpCols) * kWarpCols);
 }
 

@@ -277,6 +277,22 @@ __device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Lone floats (pack 1: rows of odd length) in 512-thread blocks with a shared part:
+// with the .ftz exp the compiler keeps more exps in flight and took 80 registers,
+// one block per SM instead of two (H200, 2026-11-22: 1024 x 65537 fp32 fell from
+// 2,060 to 1,570 GB/s); asking for two blocks holds it to 64 (a few values spill,
+// not the row). 0 leaves every other kernel to the compiler, as before.
+template <typename T, int PackSize, int BlockSize, int SharedPacks>
+constexpr int kLoneFloatMinBlocks = sizeof(T) == 4 && PackSize == 1 && SharedPacks > 0 && BlockSize == 512 ? 2 : 0;
+
+constexpr int kPhaseClockWords = 6;
+// The GPU's nanosecond clock: one clock for all SMs (clock64 counts each SM's own cycles).
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // A row split across a cluster of ClusterSize blocks, held on chip: block `rank`
 // of the cluster keeps columns [rank * share, (rank + 1) * share), an equal share of
 // the row (below), each thread up to ColsPerThread of them in registers as packs
@@ -304,8 +320,9 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // under 1e-3 in fp16, 8e-3 in bf16, the tests' bounds). Recomputing exp at the end,
 // as fp32 rows still do, left the SM computing between its loads and its stores
 // while it holds the only block: fp16 512 x 262144 went 3,590 -> 3,650 GB/s, bf16
-// (in the float shapes) 2,910 -> 3,090 (H200, 2026-11-22). For fp32 rows in clusters the same change measured 4% slower (65536:
-// 3,885 -> 3,735), cause not found, so they keep the second exp.
+// (in the float shapes) 2,910 -> 3,090 (H200, 2026-11-22). For fp32 rows in clusters
+// the same change measured 4% slower (65536: 3,885 -> 3,735), cause not found, so they
+// keep the second exp.
 // Every load of a thread is issued before any is used (up to 128 bytes in flight
 // per thread), the row crosses HBM once, and max and sum come from ONE reduction
 // of MaxSum states: warp shuffles, one block barrier, then, for a cluster, one
@@ -319,22 +336,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // the cluster merge and once its stores are issued. That is how the chapter shows
 // where a block's time goes; the kernels softmax() runs are Timed = false, where
 // phase_clock is unused (pass null) and the code is the same as without it.
-// Lone floats (pack 1: rows of odd length) in 512-thread blocks with a shared part:
-// with the .ftz exp the compiler keeps more exps in flight and took 80 registers,
-// one block per SM instead of two (H200, 2026-11-22: 1024 x 65537 fp32 fell from
-// 2,060 to 1,570 GB/s); asking for two blocks holds it to 64 (a few values spill,
-// not the row). 0 leaves every other kernel to the compiler, as before.
-template <typename T, int PackSize, int BlockSize, int SharedPacks>
-constexpr int kLoneFloatMinBlocks = sizeof(T) == 4 && PackSize == 1 && SharedPacks > 0 && BlockSize == 512 ? 2 : 0;
-
-constexpr int kPhaseClockWords = 6;
-// The GPU's nanosecond clock: one clock for all SMs (clock64 counts each SM's own cycles).
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool Log = false,
           int SharedPacks = 0, bool Timed = false, bool Edges = false>
 __global__ void __launch_bounds__(BlockSize, kLoneFloatMinBlocks<T, PackSize, BlockSize, SharedPacks>)
@@ -366,16 +367,16 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     const long long row = blockIdx.x / ClusterSize;
     const RowEdges<PackSize, Edges> ends(row, cols, blockIdx.x % ClusterSize == 0);
     // Every block of the cluster takes an equal share of the row's middle (cluster_share,
-    // rows.cuh), in whole warps' packs. A row that fills the cluster in part then leaves every block a little short of
-    // its slice, which it takes from the shared part first; cut into whole slices, it kept
-    // the first blocks full, shared part and all, and the last ones empty while they held
-    // their SMs' slots until the row was done. H200, 2026-11-24, in turns, 256 MiB, us,
-    // whole slices -> shares: fp16 1677 x 80000 152.6 -> 134.5, 1342 x 100001 145.1 ->
-    // 140.8, 671 x 200000 143.9 -> 136.8; fp32 479 x 140000 160.8 -> 135.8. Rows that fill
-    // their shape are cut as before. Lone values (PackSize 1) keep whole slices: with
-    // shares the compiler kept their bounds predicates in registers (P2R), 46 -> 75 of
-    // them for 256 x 25 values x 8 blocks, and 1,335 x 50257 fp32 fell from 3,908 to
-    // 3,357 GB/s in a recording made with them; the shapes fitted to them fill their blocks.
+    // rows.cuh), in whole warps' packs. A row that fills the cluster in part then leaves every
+    // block a little short of its slice, which it takes from the shared part first; cut into
+    // whole slices, it kept the first blocks full, shared part and all, and the last ones empty
+    // while they held their SMs' slots until the row was done. H200, 2026-11-24, in turns,
+    // 256 MiB, us, whole slices -> shares: fp16 1677 x 80000 152.6 -> 134.5, 1342 x 100001
+    // 145.1 -> 140.8, 671 x 200000 143.9 -> 136.8; fp32 479 x 140000 160.8 -> 135.8. Rows that
+    // fill their shape are cut as before. Lone values (PackSize 1) keep whole slices: with
+    // shares the compiler kept their bounds predicates in registers (P2R), 46 -> 75 of them for
+    // 256 x 25 values x 8 blocks, and 1,335 x 50257 fp32 fell from 3,908 to 3,357 GB/s in a
+    // recording made with them; the shapes fitted to them fill their blocks.
     const long long share = cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
     const long long first_col = (blockIdx.x % ClusterSize) * share;  // of the middle
     const long long slice_cols = min(share, ends.middle_cols - first_col);  // <= 0: a block past the row's end
