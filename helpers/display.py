@@ -111,10 +111,16 @@ def kernel_source(file: str, name: str) -> str:
     return "\n".join(lines[first:last + 1])
 
 
+def kernel_markdown(file: str, *names: str) -> str:
+    """The Markdown show_kernel displays: the named kernels of a .cu file, or with no names
+    the whole file (a short header whose opening comment describes what it defines)."""
+    body = "\n\n".join(kernel_source(file, n) for n in names) if names else kernel_path(file).read_text().rstrip()
+    return f"`kernels/{file}`\n```cuda\n{body}\n```"
+
+
 def show_kernel(file: str, *names: str):
-    """Display kernels from a .cu file with CUDA syntax highlighting."""
-    body = "\n\n".join(kernel_source(file, n) for n in names)
-    display(Markdown(f"`kernels/{file}`\n```cuda\n{body}\n```"))
+    """Display kernels from a .cu file (or the whole file) with CUDA syntax highlighting."""
+    display(Markdown(kernel_markdown(file, *names)))
 
 
 def new_figure(width: float = 7.5, height: float = 4.0, ncols: int = 1):

@@ -9,7 +9,7 @@ import pytest
 matplotlib.use("Agg")
 
 from helpers.bench import Row  # noqa: E402
-from helpers.display import kernel_source, new_figure, plot_bandwidth, size_label, summary_table  # noqa: E402
+from helpers.display import kernel_markdown, kernel_source, new_figure, plot_bandwidth, size_label, summary_table  # noqa: E402
 
 
 def test_kernel_source_takes_the_comment_template_and_body():
@@ -37,18 +37,58 @@ def chapter_code_cells() -> dict:
             for notebook in sorted((ROOT / "book").glob("*.ipynb"))}
 
 
-def test_every_kernel_a_chapter_shows_is_in_its_source():
-    # A renamed kernel or struct would otherwise surface only when the notebook runs on a GPU.
-    shown = []
+def show_kernel_calls() -> list:
+    """(notebook, cell, file, names) of every show_kernel call in the chapters, in order."""
+    calls = []
     for notebook, cells in chapter_code_cells().items():
-        for _, tree in cells:
+        for cell, tree in cells:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "show_kernel":
                     file, *names = [ast.literal_eval(arg) for arg in node.args]
-                    shown += [(notebook, file, name) for name in names]
+                    calls.append((notebook, cell, file, names))
+    return calls
+
+
+def test_every_kernel_a_chapter_shows_is_in_its_source():
+    # A renamed kernel or struct would otherwise surface only when the notebook runs on a GPU.
+    shown = [(notebook, file, name) for notebook, _, file, names in show_kernel_calls() for name in names]
     assert len(shown) > 20
     for notebook, file, name in shown:
         assert kernel_source(file, name), (notebook, file, name)
+
+
+def test_every_kernel_a_chapter_shows_opens_with_its_comment():
+    # kernel_source takes the comment lines right above a definition: a declaration put between
+    # a kernel and its comment (a constant for __launch_bounds__, say) shows it bare. A definition
+    # with no comment of its own passes only where it follows the one shown before it in the same
+    # call, blank lines apart, so that the comment above the pair describes both.
+    from helpers.paths import kernel_path
+    bare = []
+    for notebook, _, file, names in show_kernel_calls():
+        text, previous_end = kernel_path(file).read_text(), None
+        for name in names:
+            source = kernel_source(file, name)
+            start = text.index(source)
+            follows = previous_end is not None and not text[previous_end:start].strip()
+            if not source.startswith("//") and not follows:
+                bare.append((notebook, file, name))
+            previous_end = start + len(source)
+    assert bare == [], f"shown without the comment that says what they are: {bare}"
+
+
+def test_show_kernel_without_names_shows_the_whole_file():
+    text = kernel_markdown("pack.cuh")
+    assert text.startswith("`kernels/pack.cuh`\n```cuda\n// Pack<T, N>") and "struct alignas" in text
+    assert text.endswith("};\n```")
+
+
+def test_the_kernels_a_chapter_shows_are_the_current_source():
+    # The book is built from the notebooks' stored outputs: a comment edited in a kernel file
+    # must reach the chapter that shows it, as its recording must (a kernel edit makes both stale).
+    for notebook, cell, file, names in show_kernel_calls():
+        stored = ["".join(output["data"]["text/markdown"]) for output in cell.get("outputs", [])
+                  if "text/markdown" in output.get("data", {})]
+        assert kernel_markdown(file, *names) in stored, f"{notebook}: stale output of show_kernel({file!r}, ...)"
 
 
 def test_size_labels():
