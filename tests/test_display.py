@@ -9,7 +9,8 @@ import pytest
 matplotlib.use("Agg")
 
 from helpers.bench import Row  # noqa: E402
-from helpers.display import kernel_markdown, kernel_source, new_figure, plot_bandwidth, size_label, summary_table  # noqa: E402
+from helpers.display import (kernel_markdown, kernel_source, new_figure, plot_bandwidth, size_label,  # noqa: E402
+                             summary_table)
 
 
 def test_kernel_source_takes_the_comment_template_and_body():
