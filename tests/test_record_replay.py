@@ -1,6 +1,5 @@
 """Recordings: schema, atomic writes, replay, and stale figures."""
 import ast
-import importlib
 import inspect
 import json
 import re
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import device
+from helpers import device, sanitize
 from helpers.bench import Bench
 from helpers.display import kernel_source
 from helpers.paths import DATA, KERNELS, ROOT
@@ -183,12 +182,11 @@ def test_source_hashes_are_relative_to_the_project():
     assert hashes["kernels/copy.cu"] == sha256_of(ROOT / "kernels" / "copy.cu")
 
 
-@pytest.mark.parametrize("module", sorted(p.stem for p in (ROOT / "helpers").glob("*_kernels.py")))
-def test_a_chapter_hashes_every_header_its_kernels_include(module):
+@pytest.mark.parametrize("chapter", sanitize.chapter_modules(), ids=lambda m: m.__name__)
+def test_a_chapter_hashes_every_header_its_kernels_include(chapter):
     """A recording is stale when a source it was measured with changes, and it knows its sources from
     the chapter's SOURCES: a header the kernel file includes but SOURCES leaves out could change
     without the recording noticing (softmax.cu's edges.cuh, until it was listed)."""
-    chapter = importlib.import_module(f"helpers.{module}")
     included, unread = set(), [chapter.SOURCE]
     while unread:
         text = (KERNELS / unread.pop()).read_text()
@@ -197,4 +195,4 @@ def test_a_chapter_hashes_every_header_its_kernels_include(module):
                 included.add(name)
                 unread.append(name)
     listed = {Path(s).name for s in chapter.SOURCES}
-    assert {chapter.SOURCE} | included <= listed, (module, sorted(included - listed))
+    assert {chapter.SOURCE} | included <= listed, (chapter.__name__, sorted(included - listed))
