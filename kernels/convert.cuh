@@ -1,5 +1,5 @@
 // Storage type <-> float, for kernels that store fp32, fp16 or bf16 and compute
-// in float (softmax, LayerNorm). Widening first means no intermediate can
+// in float (GELU, softmax, LayerNorm). Widening first means no intermediate can
 // overflow the 16-bit formats and every reduction accumulates in float.
 #pragma once
 #include <cuda_fp16.h>

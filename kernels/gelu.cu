@@ -104,7 +104,8 @@ __device__ __forceinline__ P load_read_once(const P* p) {
 // first load; step 6 measures what that is worth).
 // Requires: x and y aligned to sizeof(Pack); the host falls back to the scalar
 // path (PackSize 1) for pointers that are not.
-template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst, typename Index = long long>
+template <typename T, int PackSize, int BlockSize, int Math, int PacksPerThread, bool EvictFirst,
+          typename Index = long long>
 __global__ void __launch_bounds__(BlockSize)
 gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
     using P = Pack<T, PackSize>;
@@ -131,7 +132,8 @@ gelu_packed(const T* __restrict__ x, T* __restrict__ y, long long n) {
                 for (int k = 0; k < PackSize / 2; ++k) pairs[k] = gelu_half2(pairs[k]);
             } else {
 #pragma unroll
-                for (int k = 0; k < PackSize; ++k) packs[j].values[k] = narrow<T>(gelu<Math>(widen(packs[j].values[k])));
+                for (int k = 0; k < PackSize; ++k)
+                    packs[j].values[k] = narrow<T>(gelu<Math>(widen(packs[j].values[k])));
             }
             reinterpret_cast<P*>(y)[i] = packs[j];
         }

@@ -100,7 +100,8 @@ __device__ __forceinline__ Pack<T, N> normalized(const Pack<T, N>& in, const Pac
     return out;
 }
 
-__device__ __forceinline__ void write_statistics(float* mean_out, float* rstd_out, long long row, float mean, float rstd) {
+__device__ __forceinline__ void write_statistics(float* mean_out, float* rstd_out, long long row, float mean,
+                                                 float rstd) {
     if (mean_out != nullptr) mean_out[row] = mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
 }
@@ -473,8 +474,8 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     const long long row_packs = row < rows ? cols / PackSize : 0;  // a group past the last row loads nothing...
     P packs[kPacks];
     load_slice<GroupWidth>(packs, reinterpret_cast<const P*>(x + row * cols), lane, row_packs);
-    const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight), reinterpret_cast<const P*>(bias),
-                                                           lane, row_packs);
+    const Affine<EarlyAffine, GroupWidth, P, kPacks> affine(reinterpret_cast<const P*>(weight),
+                                                           reinterpret_cast<const P*>(bias), lane, row_packs);
     constexpr bool kShifted = sizeof(T) == 4;  // fp32: the shift; 16-bit: the mean's rounding by an fma
     const float shift = kShifted && row < rows ? widen(x[row * cols]) : 0.0f;
     float v[ColsPerThread];  // x - shift, then x - shift - mean; 0 where the lane's pack is past the row
@@ -505,7 +506,8 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
     if (row >= rows) return;  // ...but shuffles with the others first
     // 16-bit rows: c, the mean's rounding (mean_rounding says how); fp32 rows: no c, the plain forms.
     const float correction = kShifted ? 0.0f : mean_rounding(total, mean, cols, inv_cols);
-    const float rstd = kShifted ? rsqrtf(m2 * inv_cols + eps) : rsqrtf(variance_plus_eps(m2, correction, inv_cols, eps));
+    const float rstd = kShifted ? rsqrtf(m2 * inv_cols + eps)
+                                : rsqrtf(variance_plus_eps(m2, correction, inv_cols, eps));
     const float output_shift = -correction * rstd;
     if (lane == 0) write_statistics(mean_out, rstd_out, row, kShifted ? shift + mean : mean + correction, rstd);
     P* out = reinterpret_cast<P*>(y + row * cols);
@@ -517,7 +519,8 @@ layernorm_warp_per_row(const T* __restrict__ x, const T* __restrict__ weight, co
             P result;
 #pragma unroll
             for (int k = 0; k < PackSize; ++k) {
-                const float normalized = kShifted ? v[p * PackSize + k] * rstd : fmaf(v[p * PackSize + k], rstd, output_shift);
+                const float normalized = kShifted ? v[p * PackSize + k] * rstd
+                                                  : fmaf(v[p * PackSize + k], rstd, output_shift);
                 result.values[k] = narrow<T>(normalized * widen_at(scale, k) + widen_at(offset, k));
             }
             store_pack(out + at, result);
@@ -821,17 +824,16 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 0.6%. Lone values keep 64 bits: in 32 they took more registers (fp32 512 x 32: 64 -> 98).
     using Col = typename ColumnCount<(PackSize > 1)>::type;
     const Col share = cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
-    const Col first = static_cast<Col>(rank) * share;
-    const long long first_col = first;  // of the middle
+    const Col first = static_cast<Col>(rank) * share;  // the block's first column of the middle
     // 0: a block past the row's end
     const long long slice_packs = max(Col(0), min(share, static_cast<Col>(ends.middle_cols) - first) / PackSize);
-    const long long offset = row * cols + ends.head + first_col;
+    const long long offset = row * cols + ends.head + first;
     P packs[kPacks];
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);
     float edge = 0.0f;  // this thread's edge value, if it has one
     if (Edges && ends.col >= 0) edge = widen(x[row * cols + ends.col]);
     const Affine<EarlyAffine, BlockSize, P, kPacks, Edges> affine(
-        reinterpret_cast<const P*>(weight + first_col), reinterpret_cast<const P*>(bias + first_col), threadIdx.x,
+        reinterpret_cast<const P*>(weight + first), reinterpret_cast<const P*>(bias + first), threadIdx.x,
         slice_packs, static_cast<int>(ends.head));
     const float shift = widen(x[row * cols]);  // the same address for every thread: one load per warp
     // The fast division (WelfordState) where it measured faster: 16-byte packs, a block per row
@@ -952,7 +954,9 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         const unsigned long long keep = l2_policy(kFirstRead);
         P packs[kPacks];
         load_slice<BlockSize>(packs, in, threadIdx.x, row_packs,
-                              [keep](const P* slice, int index) { return load_with_hint<kFirstRead>(&slice[index], keep); });
+                              [keep](const P* slice, int index) {
+                                  return load_with_hint<kFirstRead>(&slice[index], keep);
+                              });
         shift = widen(x[row * cols]);
         state = slice_mean_m2<BlockSize, true>(packs, threadIdx.x, row_packs, shift);
     }
@@ -967,7 +971,8 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         const long long at = p * BlockSize + threadIdx.x;
         if (at < row_packs) {
             const P values = load_with_hint<kSecondRead>(&in[at], last_use);
-            const P scale = load_with_hint<Reuse::ReadOnly>(&w[at], 0), offset = load_with_hint<Reuse::ReadOnly>(&b[at], 0);
+            const P scale = load_with_hint<Reuse::ReadOnly>(&w[at], 0);
+            const P offset = load_with_hint<Reuse::ReadOnly>(&b[at], 0);
             const P result = normalized(values, scale, offset, state.mean_, rstd, shift);
             if constexpr (CacheHints) store_past_l1(out + at, result); else store_pack(out + at, result);
         }

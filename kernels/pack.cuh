@@ -4,9 +4,9 @@
 // turn a load of a Pack into a single vector instruction: with N * sizeof(T)
 // equal to 8 or 16 bytes, a Pack load becomes LDG.E.64 or LDG.E.128 in SASS
 // instead of N separate narrow loads. The price is a promise: the address of
-// every Pack must be a multiple of its size. The host side (helpers.launch)
-// checks that promise before a launch, because breaking it is a
-// misaligned-address fault that destroys the CUDA context.
+// every Pack must be a multiple of its size. The host side checks that promise
+// before a launch (check_operands, helpers/operands.py), because breaking it is
+// a misaligned-address fault that destroys the CUDA context.
 #pragma once
 
 template <typename T, int N>

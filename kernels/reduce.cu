@@ -207,10 +207,9 @@ reduce_shuffle(const float* __restrict__ x, float* __restrict__ partial, long lo
 
 // Step 9: 128-bit loads, Fold of them in flight (fold_strided, in reduce.cuh), and
 // a single pass; EvictFirst marks the loads read-once. One wave of blocks walks
-// the array; each block writes its partial; the last
-// block to finish (found with an atomic counter after a fence) sums the partials
-// in a fixed order, so the result is the same on every run, and resets the
-// counter for the next launch.
+// the array; each block writes its partial; the last block to finish (found with
+// an atomic counter after a fence) sums the partials in a fixed order, so the
+// result is the same on every run, and resets the counter for the next launch.
 template <int BlockSize, int Fold, bool EvictFirst>
 __global__ void __launch_bounds__(BlockSize)
 reduce_single_pass(const float* __restrict__ x, float* __restrict__ partial, unsigned int* __restrict__ blocks_done,
@@ -261,6 +260,7 @@ row_reduce_warp(const float* __restrict__ x, float* __restrict__ y, long long ro
     // A group past the last row walks an empty row instead of returning: every
     // lane of the warp must reach the shuffles of warp_reduce.
     const bool valid = r < rows;
-    const float v = warp_reduce<Op, GroupWidth>(fold_strided<Op, Fold>(valid ? x + r * cols : x, valid ? cols : 0, lane, GroupWidth));
+    const float v = warp_reduce<Op, GroupWidth>(
+        fold_strided<Op, Fold>(valid ? x + r * cols : x, valid ? cols : 0, lane, GroupWidth));
     if (valid && lane == 0) y[r] = v;
 }

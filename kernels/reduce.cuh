@@ -22,7 +22,8 @@ template <typename Op, int Width = 32>
 __device__ __forceinline__ float warp_reduce(float v) {
     static_assert(Width >= 1 && Width <= 32 && (Width & (Width - 1)) == 0, "a power of two up to 32 lanes");
 #pragma unroll
-    for (int lane_mask = Width / 2; lane_mask > 0; lane_mask /= 2) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, lane_mask));
+    for (int lane_mask = Width / 2; lane_mask > 0; lane_mask /= 2)
+        v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, lane_mask));
     return v;  // every lane of the group holds the group's result
 }
 
@@ -54,6 +55,13 @@ __device__ __forceinline__ Pack<float, 4> load_pack(const Pack<float, 4>* p) {
     }
 }
 
+// A pack's four values, as a tree of two levels (the adds of one level are
+// independent of each other).
+template <typename Op>
+__device__ __forceinline__ float reduce_pack(const Pack<float, 4>& p) {
+    return Op::apply(Op::apply(p.values[0], p.values[1]), Op::apply(p.values[2], p.values[3]));
+}
+
 // A thread's share of x[0, n) for the fast kernels: every stride-th 16-byte pack
 // from pack `first`, Fold packs loaded before any is added. The loads of one
 // iteration do not depend on each other, so all Fold are in flight at once: what
@@ -62,13 +70,9 @@ __device__ __forceinline__ Pack<float, 4> load_pack(const Pack<float, 4>* p) {
 // Any n and any 4-byte-aligned x: the (at most 3) elements before the first
 // 16-byte boundary and the (at most 3) after the last whole pack are walked one
 // by one (by threads 0-2, or fewer threads when the stride is narrower).
-template <typename Op>
-__device__ __forceinline__ float reduce_pack(const Pack<float, 4>& p) {
-    return Op::apply(Op::apply(p.values[0], p.values[1]), Op::apply(p.values[2], p.values[3]));
-}
-
 template <typename Op, int Fold, bool EvictFirst = false>
-__device__ __forceinline__ float fold_strided(const float* __restrict__ x, long long n, long long first, long long stride) {
+__device__ __forceinline__ float fold_strided(const float* __restrict__ x, long long n, long long first,
+                                              long long stride) {
     using P = Pack<float, 4>;
     const long long head = min(n, static_cast<long long>((16 - reinterpret_cast<unsigned long long>(x) % 16) % 16 / 4));
     const long long num_packs = (n - head) / 4;

@@ -62,7 +62,8 @@ __device__ __forceinline__ void store_pack(P* dst, const P& pack) {
     if constexpr (sizeof(P) == 16) {
         unsigned w[4];
         memcpy(w, &pack, 16);
-        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                     "r"(w[3]) : "memory");
     } else if constexpr (sizeof(P) == 8) {
         unsigned w[2];
         memcpy(w, &pack, 8);
@@ -178,7 +179,8 @@ __device__ __forceinline__ State cluster_merge(State block_state) {
         unsigned my_rank, slot, counter;
         asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(my_rank));
         // mapa: the same shared-memory address in the block of rank threadIdx.x
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(shared_address(&inbox.states[my_rank])), "r"(threadIdx.x));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(slot) : "r"(shared_address(&inbox.states[my_rank])), "r"(threadIdx.x));
         asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(counter) : "r"(received), "r"(threadIdx.x));
         constexpr int kWords = sizeof(State) / 4;
         unsigned words[kWords];
@@ -195,7 +197,8 @@ __device__ __forceinline__ State cluster_merge(State block_state) {
     }
     unsigned arrived;
     do {  // try_wait suspends the thread for a while when the states are not all there yet
-        asm volatile("{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [%1], 0; selp.u32 %0, 1, 0, done; }"
+        asm volatile("{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [%1], 0; "
+                     "selp.u32 %0, 1, 0, done; }"
                      : "=r"(arrived) : "r"(received) : "memory");
     } while (!arrived);
     const int lane = threadIdx.x % 32;

@@ -79,7 +79,8 @@ struct MaxSum {
 // 0 to the sum). RowsPerGroup rows per group: for short rows, more loads in flight
 // per lane. No shared memory, no block barrier: shuffles reduce within the group.
 // Log: log-softmax (the row keeps x - max; exp feeds the sum only).
-template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int RowsPerGroup, int BlockSize, bool Log = false>
+template <typename T, int PackSize, int ColsPerThread, int GroupWidth, int RowsPerGroup, int BlockSize,
+          bool Log = false>
 __global__ void __launch_bounds__(BlockSize)
 softmax_warp_per_row(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
     static_assert(ColsPerThread % PackSize == 0 && BlockSize % GroupWidth == 0, "whole packs, whole groups");
@@ -242,7 +243,8 @@ softmax_block_uncached(const T* __restrict__ x, T* __restrict__ y, long long row
         for (long long p = threadIdx.x; p < num_packs; p += BlockSize) {
             P pack = in[p];
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) pack.values[k] = narrow<T>(finish<Log>(widen(pack.values[k]), row_max, norm));
+            for (int k = 0; k < PackSize; ++k)
+                pack.values[k] = narrow<T>(finish<Log>(widen(pack.values[k]), row_max, norm));
             out[p] = pack;
         }
         if constexpr (Online) __syncthreads();  // block_merge's slots are rewritten for the next row
@@ -264,11 +266,11 @@ __device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_
         const unsigned dst = shared_address(shared_first);
         if (Q < in_range) {
             if constexpr (sizeof(P) == 16)  // .cg: caches in L2 only; the row is read once
-                asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(dst), "l"(global_first), "n"(kOffset)
-                             : "memory");
+                asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;"
+                             ::"r"(dst), "l"(global_first), "n"(kOffset) : "memory");
             else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
-                asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%2], %3;" ::"r"(dst), "l"(global_first), "n"(kOffset),
-                             "n"(sizeof(P)) : "memory");
+                asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%2], %3;"
+                             ::"r"(dst), "l"(global_first), "n"(kOffset), "n"(sizeof(P)) : "memory");
             else
                 shared_first[kOffset / sizeof(P)] = global_first[kOffset / sizeof(P)];
         }
@@ -401,7 +403,9 @@ softmax_cluster_per_row(const T* __restrict__ x, T* __restrict__ y, long long ro
     if (ends.col >= 0) edge = widen(x[row * cols + ends.col]);
     if constexpr (SharedPacks > 0) cp_async_wait_all();
     // Pack i of this thread: in registers (i < kPacks) or in shared memory.
-    auto pack_at = [&](int i) -> P& { return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x]; };
+    auto pack_at = [&](int i) -> P& {
+        return i < kPacks ? packs[i] : shared_packs[(i - kPacks) * BlockSize + threadIdx.x];
+    };
     float thread_max = edge;
 #pragma unroll
     for (int i = 0; i < kPacks + SharedPacks; ++i) {
@@ -545,7 +549,8 @@ __global__ void cache_layout_probe(int repeats, long long* __restrict__ cycles, 
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
-            for (int k = 0; k < PackSize; ++k) acc += Layout == 2 ? scalar[slot(i * 32 + lane, k)] : plain[slot(i * 32 + lane, k)];
+            for (int k = 0; k < PackSize; ++k)
+                acc += Layout == 2 ? scalar[slot(i * 32 + lane, k)] : plain[slot(i * 32 + lane, k)];
         }
         __syncwarp();
     }
