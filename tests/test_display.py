@@ -92,6 +92,16 @@ def test_the_kernels_a_chapter_shows_are_the_current_source():
         assert kernel_markdown(file, *names) in stored, f"{notebook}: stale output of show_kernel({file!r}, ...)"
 
 
+def test_kernel_lines_fit_the_page():
+    # The chapters show the kernels as they are in kernels/: a line past 120 columns scrolls
+    # sideways in the rendered code block (and every file was wrapped to 120 on 2026-11-28).
+    from helpers.paths import ROOT
+    long_lines = [f"{path.name}:{number} ({len(line)} columns)"
+                  for path in sorted((ROOT / "kernels").iterdir())
+                  for number, line in enumerate(path.read_text().splitlines(), start=1) if len(line) > 120]
+    assert long_lines == []
+
+
 def test_size_labels():
     assert [size_label(s) for s in (512, 1 << 20, 3 << 29)] == ["512 B", "1 MiB", "1.5 GiB"]
 
