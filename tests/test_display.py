@@ -95,9 +95,9 @@ def test_the_kernels_a_chapter_shows_are_the_current_source():
 def test_kernel_lines_fit_the_page():
     # The chapters show the kernels as they are in kernels/: a line past 120 columns scrolls
     # sideways in the rendered code block (and every file was wrapped to 120 on 2026-11-28).
-    from helpers.paths import ROOT
+    from helpers.paths import KERNELS
     long_lines = [f"{path.name}:{number} ({len(line)} columns)"
-                  for path in sorted((ROOT / "kernels").iterdir())
+                  for path in sorted(KERNELS.iterdir())
                   for number, line in enumerate(path.read_text().splitlines(), start=1) if len(line) > 120]
     assert long_lines == []
 
