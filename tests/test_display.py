@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 from helpers.bench import Row  # noqa: E402
 from helpers.display import (kernel_markdown, kernel_source, new_figure, plot_bandwidth, size_label,  # noqa: E402
                              summary_table)
+from helpers.paths import KERNELS, ROOT, kernel_path  # noqa: E402
 
 
 def test_kernel_source_takes_the_comment_template_and_body():
@@ -32,7 +33,6 @@ def test_kernel_source_stops_at_a_one_line_definition_above():
 
 def chapter_code_cells() -> dict:
     """Each chapter notebook's code cells, each with its parsed source: {name: [(cell, tree)]}."""
-    from helpers.paths import ROOT
     return {notebook.name: [(cell, ast.parse("".join(cell["source"])))
                             for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
             for notebook in sorted((ROOT / "book").glob("*.ipynb"))}
@@ -63,7 +63,6 @@ def test_every_kernel_a_chapter_shows_opens_with_its_comment():
     # a kernel and its comment (a constant for __launch_bounds__, say) shows it bare. A definition
     # with no comment of its own passes only where it follows the one shown before it in the same
     # call, blank lines apart, so that the comment above the pair describes both.
-    from helpers.paths import kernel_path
     bare = []
     for notebook, _, file, names in show_kernel_calls():
         text, previous_end = kernel_path(file).read_text(), None
@@ -95,7 +94,6 @@ def test_the_kernels_a_chapter_shows_are_the_current_source():
 def test_kernel_lines_fit_the_page():
     # The chapters show the kernels as they are in kernels/: a line past 120 columns scrolls
     # sideways in the rendered code block (and every file was wrapped to 120 on 2026-11-28).
-    from helpers.paths import KERNELS
     long_lines = [f"{path.name}:{number} ({len(line)} columns)"
                   for path in sorted(KERNELS.iterdir())
                   for number, line in enumerate(path.read_text().splitlines(), start=1) if len(line) > 120]
