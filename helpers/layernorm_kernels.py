@@ -60,6 +60,7 @@ class LayerNormVariant:
     rows_per_warp: int = 4  # warp_rows: rows side by side in a warp (its block), each lane holding cols_per_thread of each
     row_length: int = 0  # warp_rows: the row length compiled in (the kernel then takes rows of that length only); 0: none
     edges: bool = False  # cluster path: rows the pack need not divide (each row's aligned middle in packs, its edges alone)
+    weight_kept_in_l1: bool = False  # cluster path: weight and bias loaded with L1::evict_last (WEIGHT_KEPT_IN_L1)
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -99,6 +100,10 @@ class LayerNormVariant:
                              f"({self.cols_per_thread}, {self.rows_per_warp})")
         if self.edges and (self.path != "cluster" or self.pack_size == 1):
             raise InputError("edges is a choice of the cluster path with packs of two values or more")
+        if self.weight_kept_in_l1 and (self.path != "cluster" or self.early_affine or self.edges or
+                                       self.pack_size * np_dtype(self.dtype).itemsize != 16):
+            raise InputError("weight_kept_in_l1 is a choice of the cluster path with late weight and bias in 16-byte "
+                             "packs, without edges")
         if self.rows_per_warp != 4 and self.path != "warp_rows":
             raise InputError(f"rows_per_warp is a choice of the warp_rows path, not {self.path}")
         if self.row_length and self.path != "warp_rows":
@@ -130,7 +135,7 @@ class LayerNormVariant:
         if self.path == "warp_rows":
             length = f", {self.row_length}" if self.row_length else ""
             return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}{length}>"]
-        edges = ", true" if self.edges else ""
+        edges = ", true" if self.edges else ", false, true" if self.weight_kept_in_l1 else ""
         return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}{edges}>"]
 
     @property
@@ -154,6 +159,8 @@ class LayerNormVariant:
             config["cluster_size"] = self.cluster_size
             if self.edges:
                 config["edges"] = True
+            if self.weight_kept_in_l1:
+                config["weight_kept_in_l1"] = True
         if self.path == "block_fused":
             config["statistics"] = self.statistics
         if not self.cache_hints:
@@ -293,6 +300,27 @@ CLUSTER_SHAPES = {
     2: ((64, 32, 1), (64, 64, 1), (128, 64, 1), (256, 64, 1), (512, 64, 1), (1024, 64, 1), (256, 40, 8),
         (256, 48, 8), (256, 56, 8), (256, 64, 8), (256, 48, 16), (256, 64, 16), (512, 64, 16), (1024, 64, 16)),
 }
+# WEIGHT_KEPT_IN_L1: where a block of 1024 threads holds the row (fp32 rows of 16 385 to 32 768
+# values, 16-bit rows of 32 769 to 65 536) and weight and bias together take more than this many
+# bytes, they are loaded with L1::evict_last (the kernel's WeightKeptInL1), so that L1 keeps them
+# from one row to the next over the row's own lines. Found by trying hints on each load (H200,
+# scratch, 2026-11-28, three measurements in rotated turns), not predicted: loaded past L1
+# (L1::no_allocate), weight and bias ran at 0.88-0.89x the speed at fp32 2048 x 32768 and fp16
+# 2048 x 65536, and 0.69-0.85x at rows that two or four blocks an SM hold, so L1 serves them
+# even at 256 KiB; the row's loads past L1 gained at fp32 24576 and 32768 (4.1%, 1.2-1.3%) and
+# lost up to 4.6% at most other rows; with weight and bias kept, a hint on the row's loads too
+# (no_allocate or evict_first) was slower at 8 of the 10 rows tried, level at two.
+# In rotated turns with the kernels before (15:41 UTC, four measurements, 256 MiB, us, before ->
+# kept): fp32 3050 x 22000 154.8 -> 150.3, 2730 x 24576 150.3 -> 146.0, 2581 x 26000 158.4 ->
+# 154.9, 2396 x 28000 155.6 -> 151.2, 2236 x 30000 155.5 -> 153.3, 2048 x 32768 151.5 -> 151.3;
+# fp16 2730 x 49152 167.5 -> 165.9, 2396 x 56000 166.6 -> 166.0, 2236 x 60000 167.9 -> 167.9,
+# 2048 x 65536 158.1 -> 155.5; bf16 2730 x 49152 165.5 -> 162.9, 2396 x 56000 165.4 -> 162.6,
+# 2236 x 60000 168.6 -> 166.9, 2048 x 65536 157.5 -> 153.9. Below the bound it cost: fp32 3947 x
+# 17000 166.3 -> 167.0, 3355 x 20000 level (151.7 -> 151.6); fp16 3728 x 36000 180.9 -> 183.3,
+# 3355 x 40000 171.6 -> 174.6; bf16 179.7 -> 180.6 and 169.2 -> 170.9; why, we have not found.
+# Nor where smaller blocks or clusters hold the row (15:36 UTC): fp32 4096 x 16384, fp16 4096 x
+# 32768 and 8192 x 16384 level to 0.5% slower, fp32 1024 x 65536 (clusters of 8) 0.9% slower.
+WEIGHT_KEPT_IN_L1 = 160 * 1024
 # The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
 # values in 16-byte packs; two packs a thread up to 4096 values, as torch.compile's
 # kernel holds them (512 threads at 4096), four beyond. In turns with the shapes it had
@@ -534,7 +562,10 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     held = cols // aligned * aligned if edges else cols
     for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
         if block * per_thread * cluster >= held and per_thread >= aligned:
-            return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=edges)
+            kept = (block, cluster) == (1024, 1) and not edges and aligned * itemsize == 16 and \
+                2 * cols * itemsize > WEIGHT_KEPT_IN_L1
+            return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=edges,
+                                    weight_kept_in_l1=kept)
     return LayerNormVariant("block_fused", dtype, pack, 1024)
 
 

@@ -304,6 +304,27 @@ __device__ __forceinline__ Pack<T, N> realigned(const Pack<T, N>& lo, const Pack
     return pack;
 }
 
+// A 16-byte pack loaded with L1::evict_last: weight and bias, read by every warp of the SM.
+// ReadOnly: through the read-only path (ld.global.nc), as the compiler loads a const
+// __restrict__ pointer's data; the block path takes it (Affine's KeptInL1), where the plain
+// ld.global.L1::evict_last ran 0.5-2.2% slower at fp32 rows of 17 000 to 26 000 values and
+// within 0.7% at the others tried (H200, scratch, 2026-11-28, in turns). warp_rows keeps the
+// plain form, which it was tuned with.
+template <bool ReadOnly = false, typename P>
+__device__ __forceinline__ P load_kept_in_l1(const P* src) {
+    static_assert(sizeof(P) == 16, "16-byte packs");
+    unsigned w[4];
+    if constexpr (ReadOnly)
+        asm("ld.global.nc.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    else
+        asm("ld.global.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    P pack;
+    memcpy(&pack, w, 16);
+    return pack;
+}
+
 // Weight and bias: the same cols values for every row, so after the first rows
 // they come from L1 and L2. Late (the default): each pack is loaded where its
 // output is written, after the reduction (or a chunk of packs at a time: below).
@@ -317,8 +338,11 @@ __device__ __forceinline__ Pack<T, N> realigned(const Pack<T, N>& lo, const Pack
 // packs of weight. Both are loaded (L1 hits, but for the first rows) and realigned
 // in registers. The middle stops short enough that the second pack of its last pair
 // lies inside weight (the kernel's RowEdges, below).
-template <bool Early, int Stride, typename P, int kPacks, bool Shifted = false>
+// KeptInL1: loaded with L1::evict_last, so that L1 keeps them over the row's lines
+// (layernorm_cluster_per_row tells where, and why).
+template <bool Early, int Stride, typename P, int kPacks, bool Shifted = false, bool KeptInL1 = false>
 struct Affine {
+    static_assert(!KeptInL1 || (!Early && !Shifted && sizeof(P) == 16), "kept in L1: late, aligned 16-byte packs");
     P weight[Early ? kPacks : 1], bias[Early ? kPacks : 1];
     const P *weight_at, *bias_at;
     int shift;  // Shifted: the row's head, in values
@@ -333,7 +357,9 @@ struct Affine {
     }
     // Pack `at` of the slice (a copy: passed by reference, a late pack was loaded value by value).
     __device__ __forceinline__ P fetch(const P* from, long long at) const {
-        if constexpr (!Shifted) {
+        if constexpr (KeptInL1) {
+            return load_kept_in_l1<true>(from + at);
+        } else if constexpr (!Shifted) {
             return from[at];
         } else {
             // At shift 0 the next pack may lie past the end: hi is then lo again (an L1 hit), unused.
@@ -388,10 +414,10 @@ constexpr bool kAffineAhead =
 // A thread's packs, normalized, weighted and biased, stored to out: pack p at p * Stride +
 // lane, those at or past slice_packs left alone. Weight and bias come from Affine a pack at a
 // time, Chunk packs at a time (kAffineChunk) or, with Ahead, one pack ahead (kAffineAhead).
-template <int Chunk, int Stride, bool Ahead = false, bool Early, typename P, int kPacks, bool Shifted>
+template <int Chunk, int Stride, bool Ahead = false, bool Early, typename P, int kPacks, bool Shifted, bool KeptInL1>
 __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
-                                            const Affine<Early, Stride, P, kPacks, Shifted>& affine, int lane,
-                                            long long slice_packs, float mean, float rstd, float shift) {
+                                            const Affine<Early, Stride, P, kPacks, Shifted, KeptInL1>& affine,
+                                            int lane, long long slice_packs, float mean, float rstd, float shift) {
     static_assert(kPacks % Chunk == 0 && (Chunk == 1 || !Early), "whole chunks, of late weight and bias");
     static_assert(!Ahead || (Chunk == 1 && !Early), "one pack ahead: of late weight and bias, a pack at a time");
     // One pack ahead where the slice is full (every thread holds all its packs: no bounds);
@@ -541,18 +567,6 @@ template <> __device__ __forceinline__ float widen_half_of<__nv_bfloat16>(unsign
     Pack<__nv_bfloat16, 2> pair;
     memcpy(&pair, &word, 4);
     return widen_at(pair, half);
-}
-
-// A 16-byte pack loaded with L1::evict_last: weight and bias, read by every warp of the SM.
-template <typename P>
-__device__ __forceinline__ P load_kept_in_l1(const P* src) {
-    static_assert(sizeof(P) == 16, "16-byte packs");
-    unsigned w[4];
-    asm("ld.global.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
-    P pack;
-    memcpy(&pack, w, 16);
-    return pack;
 }
 
 // N 16-byte stores (N = 2 or 4; a stride apart), each made only where wanted, as ONE asm
@@ -795,8 +809,14 @@ template <> struct ColumnCount<true> { using type = int; };
 // Edges: rows the pack does not divide (RowEdges, edges.cuh). The slices are of the
 // row's aligned middle, weight and bias realigned to it (Affine's Shifted); a thread
 // with an edge value adds it to its state and writes its output alone.
+// WeightKeptInL1: weight and bias loaded with L1::evict_last, so that L1 keeps them from
+// one row to the next over the row's own lines, which arrive with the default priority.
+// The host asks for it where a block of 1024 threads holds the row and weight and bias
+// together take more than 160 KiB (rows of more than 20 480 fp32 or 40 960 16-bit values):
+// there it ran level to 3% faster, and below that up to 1.8% slower (WEIGHT_KEPT_IN_L1 in
+// helpers/layernorm_kernels.py, with the measurements).
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine,
-          bool Edges = false>
+          bool Edges = false, bool WeightKeptInL1 = false>
 __global__ void __launch_bounds__(BlockSize, (kMinBlocksPerSM<T, PackSize, ColsPerThread, BlockSize, Edges>))
 layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -832,7 +852,7 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);
     float edge = 0.0f;  // this thread's edge value, if it has one
     if (Edges && ends.col >= 0) edge = widen(x[row * cols + ends.col]);
-    const Affine<EarlyAffine, BlockSize, P, kPacks, Edges> affine(
+    const Affine<EarlyAffine, BlockSize, P, kPacks, Edges, WeightKeptInL1> affine(
         reinterpret_cast<const P*>(weight + first), reinterpret_cast<const P*>(bias + first), threadIdx.x,
         slice_packs, static_cast<int>(ends.head));
     const float shift = widen(x[row * cols]);  // the same address for every thread: one load per warp

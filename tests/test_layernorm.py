@@ -12,7 +12,7 @@ from helpers.device import DeviceArray
 from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS, LayerNormVariant, bytes_moved, lane_group_variant,
                                        layer_norm, max_error, measure_dispatcher, offset_error, reference, variant_for,
                                        warp_rows_layout, warp_rows_offsets_fit)
-from helpers.operands import np_dtype, widest_pack_for
+from helpers.operands import full_pack, np_dtype, widest_pack_for
 
 
 def _opcodes(v):
@@ -164,7 +164,7 @@ def test_16_bit_rows_of_1024_threads_load_weight_and_bias_ahead_of_their_stores(
     between two stores; a slice the row leaves part empty takes a second loop, each store waiting for
     its own pair (two loads between stores), as every store does elsewhere (512 threads here)."""
     def loads_between_stores(v):
-        sequence = re.findall(r"\b(LDG\.E\.128\S*|STG\.E\.128)", v.compiled(arch="sm_90").sass(v.name_expression))
+        sequence = re.findall(r"\b(LDG\.E(?:\.EL)?\.128\S*|STG\.E\.128)", v.compiled(arch="sm_90").sass(v.name_expression))
         counts, loads = [], 0
         for op in sequence[sequence.index("STG.E.128") + 1:]:
             if op == "STG.E.128":
@@ -181,7 +181,27 @@ def test_16_bit_rows_of_1024_threads_load_weight_and_bias_ahead_of_their_stores(
             assert sum(counts) <= 2 * 16 - 2, (ahead, counts)  # 2 loads a store; none but the first before the first
             assert ahead.compiled(arch="sm_90").resources(ahead.name_expression).registers <= 64, ahead
         assert loads_between_stores(LayerNormVariant("cluster", dtype, 8, 512, 64)) == [2] * 7
-    assert variant_for(65536, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 1024, 64)
+    kept = LayerNormVariant("cluster", "float16", 8, 1024, 64, weight_kept_in_l1=True)  # WEIGHT_KEPT_IN_L1
+    assert variant_for(65536, "float16", 8) == kept and loads_between_stores(kept) == loads_between_stores(ahead)
+
+
+def test_long_rows_of_1024_thread_blocks_keep_weight_and_bias_in_l1():
+    """WEIGHT_KEPT_IN_L1: past 160 KiB of weight and bias, where a block of 1024 threads holds the row,
+    weight and bias are loaded with L1::evict_last (LDG.E.EL) and the row without it; shorter rows,
+    smaller blocks, clusters and rows with edges load all three alike."""
+    for dtype, shortest, longest in (("float32", 20484, 32768), ("float16", 40968, 65536),
+                                     ("bfloat16", 40968, 65536)):
+        pack = full_pack(dtype)
+        for cols in (shortest - pack, longest + pack, 2 * longest, longest // 2):
+            assert not variant_for(cols, dtype, pack).weight_kept_in_l1, (dtype, cols)
+        assert variant_for(longest - 1, dtype, pack).edges and not variant_for(longest - 1, dtype, pack).weight_kept_in_l1
+        for cols in (shortest, longest):
+            v = variant_for(cols, dtype, pack)
+            assert v.weight_kept_in_l1 and (v.block_size, v.cluster_size) == (1024, 1), v
+            ops, packs = _opcodes(v), v.cols_per_thread // v.pack_size
+            # the row's packs as before; weight and bias kept, a load each a pack (16-bit: in both of
+            # kAffineAhead's loops)
+            assert ops["LDG.E.128.CONSTANT"] == packs and ops["LDG.E.EL.128.CONSTANT"] in (2 * packs, 4 * packs), ops
 
 
 def test_rows_with_edges_move_their_middle_and_their_weight_in_16_byte_packs():
@@ -238,6 +258,10 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                               (dict(rows_per_warp=2), "choice of the warp_rows path"),
                                               (dict(row_length=8), "choice of the warp_rows path"),
                                               (dict(edges=True), "choice of the cluster path"),
+                                              (dict(weight_kept_in_l1=True), "choice of the cluster path with late"),
+                                              (dict(path="cluster", weight_kept_in_l1=True, early_affine=True),
+                                               "weight_kept_in_l1"),
+                                              (dict(path="cluster", pack_size=2, weight_kept_in_l1=True), "16-byte"),
                                               (dict(path="cluster", pack_size=1, cols_per_thread=8, edges=True),
                                                "two values or more"),
                                               (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
@@ -443,7 +467,7 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
         [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)] + \
-        [(17, c) for c in (1025, 1030, 4097, 4100, 32769, 65537)] + \
+        [(17, c) for c in (1025, 1030, 4097, 4100, 24576, 32769, 49152, 65536, 65537)] + \
         [(3, c) for c in (36001, 80000, 100001, 140000, 200001, 300007)]  # clusters the row fills in part: equal shares
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
@@ -457,6 +481,8 @@ VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 8, cluster_size=k) f
 VARIANTS += [LayerNormVariant("cluster", "float32", 4, 128, 32, cluster_size=2)]  # weight and bias two packs a time
 VARIANTS += [LayerNormVariant("cluster", d, 8, 1024, 64, cluster_size=k)  # weight and bias one pack ahead
              for d, k in (("float16", 1), ("bfloat16", 8))]
+VARIANTS += [LayerNormVariant("cluster", d, p, b, c, weight_kept_in_l1=True)  # WEIGHT_KEPT_IN_L1
+             for d, p, b, c in (("float32", 4, 1024, 32), ("bfloat16", 8, 1024, 64), ("float16", 8, 128, 16))]
 VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
              LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
              LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True),
