@@ -164,7 +164,8 @@ def test_16_bit_rows_of_1024_threads_load_weight_and_bias_ahead_of_their_stores(
     between two stores; a slice the row leaves part empty takes a second loop, each store waiting for
     its own pair (two loads between stores), as every store does elsewhere (512 threads here)."""
     def loads_between_stores(v):
-        sequence = re.findall(r"\b(LDG\.E(?:\.EL)?\.128\S*|STG\.E\.128)", v.compiled(arch="sm_90").sass(v.name_expression))
+        sass = v.compiled(arch="sm_90").sass(v.name_expression)
+        sequence = re.findall(r"\b(LDG\.E(?:\.EL)?\.128\S*|STG\.E\.128)", sass)
         counts, loads = [], 0
         for op in sequence[sequence.index("STG.E.128") + 1:]:
             if op == "STG.E.128":
@@ -194,7 +195,8 @@ def test_long_rows_of_1024_thread_blocks_keep_weight_and_bias_in_l1():
         pack = full_pack(dtype)
         for cols in (shortest - pack, longest + pack, 2 * longest, longest // 2):
             assert not variant_for(cols, dtype, pack).weight_kept_in_l1, (dtype, cols)
-        assert variant_for(longest - 1, dtype, pack).edges and not variant_for(longest - 1, dtype, pack).weight_kept_in_l1
+        with_edges = variant_for(longest - 1, dtype, pack)
+        assert with_edges.edges and not with_edges.weight_kept_in_l1
         for cols in (shortest, longest):
             v = variant_for(cols, dtype, pack)
             assert v.weight_kept_in_l1 and (v.block_size, v.cluster_size) == (1024, 1), v
