@@ -135,8 +135,9 @@ class LayerNormVariant:
         if self.path == "warp_rows":
             length = f", {self.row_length}" if self.row_length else ""
             return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}{length}>"]
-        edges = ", true" if self.edges else ", false, true" if self.weight_kept_in_l1 else ""
-        return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}{edges}>"]
+        # the kernel's trailing flags, Edges and WeightKeptInL1 (never both), spelled only when set
+        flags = ", true" if self.edges else ", false, true" if self.weight_kept_in_l1 else ""
+        return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}{flags}>"]
 
     @property
     def name_expression(self) -> str:
