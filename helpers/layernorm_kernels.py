@@ -61,6 +61,7 @@ class LayerNormVariant:
     row_length: int = 0  # warp_rows: the row length compiled in (the kernel then takes rows of that length only); 0: none
     edges: bool = False  # cluster path: rows the pack need not divide (each row's aligned middle in packs, its edges alone)
     weight_kept_in_l1: bool = False  # cluster path: weight and bias loaded with L1::evict_last (WEIGHT_KEPT_IN_L1)
+    affine_ring: int = 0  # cluster path, a block per row: weight and bias staged through this many slots of shared memory
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -104,6 +105,14 @@ class LayerNormVariant:
                                        self.pack_size * np_dtype(self.dtype).itemsize != 16):
             raise InputError("weight_kept_in_l1 is a choice of the cluster path with late weight and bias in 16-byte "
                              "packs, without edges")
+        if self.affine_ring:
+            if self.path != "cluster" or self.cluster_size != 1 or self.early_affine or self.edges or \
+                    self.weight_kept_in_l1 or self.pack_size * np_dtype(self.dtype).itemsize != 16:
+                raise InputError("affine_ring is a choice of the cluster path with a block per row (cluster_size 1), "
+                                 "late weight and bias in 16-byte packs, without edges or weight_kept_in_l1")
+            if not 1 <= self.affine_ring <= self.cols_per_thread // self.pack_size:
+                raise InputError(f"affine_ring takes 1 to {self.cols_per_thread // self.pack_size} slots (a slot a "
+                                 f"pack of the thread's), got {self.affine_ring}")
         if self.rows_per_warp != 4 and self.path != "warp_rows":
             raise InputError(f"rows_per_warp is a choice of the warp_rows path, not {self.path}")
         if self.row_length and self.path != "warp_rows":
@@ -135,8 +144,9 @@ class LayerNormVariant:
         if self.path == "warp_rows":
             length = f", {self.row_length}" if self.row_length else ""
             return [f"layernorm_warp_rows<{t}, {self.cols_per_thread // p}, {self.rows_per_warp}{length}>"]
-        # the kernel's trailing flags, Edges and WeightKeptInL1 (never both), spelled only when set
-        flags = ", true" if self.edges else ", false, true" if self.weight_kept_in_l1 else ""
+        # the kernel's trailing flags, Edges, WeightKeptInL1 and AffineRing (one at most), spelled only when set
+        flags = ", true" if self.edges else ", false, true" if self.weight_kept_in_l1 else \
+            f", false, false, {self.affine_ring}" if self.affine_ring else ""
         return [f"layernorm_cluster_per_row<{t}, {p}, {self.cols_per_thread}, {b}, {self.cluster_size}, {early}{flags}>"]
 
     @property
@@ -162,11 +172,18 @@ class LayerNormVariant:
                 config["edges"] = True
             if self.weight_kept_in_l1:
                 config["weight_kept_in_l1"] = True
+            if self.affine_ring:
+                config["affine_ring"] = self.affine_ring
         if self.path == "block_fused":
             config["statistics"] = self.statistics
         if not self.cache_hints:
             config["cache_hints"] = False
         return config
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory a block takes: affine_ring's slots, a weight and a bias pack a thread each."""
+        return self.affine_ring * 2 * 16 * self.block_size
 
     def compiled(self, arch: str = None):
         return compile_kernels(SOURCE, self.name_expressions, arch=arch)
@@ -239,8 +256,8 @@ class LayerNormVariant:
             self._launch_unfused(x, weight, bias, y, rows, cols, eps, mean, rstd)
             return
         kernel = loaded_kernel(SOURCE, self.name_expression)
-        kernel(self.grid(rows), self.block_size, x, weight, bias, y, mean, rstd,
-               rows, cols, np.float32(eps), cluster=self.cluster_size if self.path == "cluster" else 1)
+        kernel(self.grid(rows), self.block_size, x, weight, bias, y, mean, rstd, rows, cols, np.float32(eps),
+               shared_bytes=self.shared_bytes, cluster=self.cluster_size if self.path == "cluster" else 1)
 
     def _launch_unfused(self, x, weight, bias, y, rows, cols, eps, mean, rstd):
         row_mean = mean if mean is not None else row_scratch(rows, "layernorm mean")  # the statistics are the intermediates
@@ -304,7 +321,8 @@ CLUSTER_SHAPES = {
 # WEIGHT_KEPT_IN_L1: where a block of 1024 threads holds the row (fp32 rows of 16 385 to 32 768
 # values, 16-bit rows of 32 769 to 65 536) and weight and bias together take more than this many
 # bytes, they are loaded with L1::evict_last (the kernel's WeightKeptInL1), so that L1 keeps them
-# from one row to the next over the row's own lines. Found by trying hints on each load (H200,
+# from one row to the next over the row's own lines; fp32 rows past 25 600 values stage them in
+# shared memory instead (AFFINE_RING, below). Found by trying hints on each load (H200,
 # scratch, 2026-11-28, three measurements in rotated turns), not predicted: loaded past L1
 # (L1::no_allocate), weight and bias ran at 0.88-0.89x the speed at fp32 2048 x 32768 and fp16
 # 2048 x 65536, and 0.69-0.85x at rows that two or four blocks an SM hold, so L1 serves them
@@ -322,6 +340,34 @@ CLUSTER_SHAPES = {
 # Nor where smaller blocks or clusters hold the row (15:36 UTC): fp32 4096 x 16384, fp16 4096 x
 # 32768 and 8192 x 16384 level to 0.5% slower, fp32 1024 x 65536 (clusters of 8) 0.9% slower.
 WEIGHT_KEPT_IN_L1 = 160 * 1024
+# AFFINE_RING: where a block of 1024 threads holds an fp32 row and weight and bias take more than
+# AFFINE_RING_FROM bytes (rows of 25 601 to 32 768 values), they are staged through AFFINE_RING slots
+# of shared memory by cp.async (the kernel's StagedAffine), in place of WEIGHT_KEPT_IN_L1's hint.
+# Predicted from the bound (weight and bias taken out, 14-15% faster at fp32 2048 x 32768, the
+# difference in the store phase): a store that waits for L2 once, not once a chunk of two packs,
+# would take back most of it, 152 -> about 140 us. It took back half to two thirds. As landed, in
+# rotated turns with the kernel it replaces (H200, 2026-11-28, 17:02 UTC, five measurements, 256
+# MiB but where named, us, kept in L1 -> ring of four): 2048 x 32768 152.9-153.3 -> 143.6-144.0
+# (3,510 -> 3,736 GB/s), 4096 x 32768 296.0-296.3 -> 274.6-274.8, 2047 x 32768 152.7-153.0 ->
+# 143.9-144.2, 1024 x 32768 83.0-83.2 -> 78.8-78.9, 2096 x 32000 152.5-152.9 -> 143.9-144.1, 2184
+# x 30720 154.1-154.2 -> 143.8-144.2, 2236 x 30000 153.1-153.5 -> 149.3-149.5, 2314 x 29000
+# 156.7-157.1 -> 151.8-152.2, 2485 x 27000 156.0-156.2 -> 153.7-154.0, 2520 x 26624 151.3-151.7
+# -> 145.8-146.2, 2581 x 26000 154.4-154.8 -> 152.4-152.7, 2620 x 25604 157.2-157.5 ->
+# 156.7-157.2: level to 7.8% faster, least where rows start off a 128-byte line (30000, 29000,
+# 27000, 26000 values). Scratch forms before it, against layer_norm()'s kernel (16:44-16:49 UTC,
+# three measurements, us, before -> four slots asked for before the row):
+# 2048 x 32768 152.3 -> 144.8 (three runs: +4.7-5.3%), 4096 x 32768 294.0 -> 275.8, 1024 x 32768
+# 82.8 -> 79.8, 264 x 32768 27.7 -> 27.6, 2047 x 32768 151.4 -> 144.6, 2114 x 31744 152.1 -> 145.1,
+# 2184 x 30720 151.5 -> 143.9, 2236 x 30000 151.9 -> 150.4, 2340 x 28672 151.8 -> 144.9, 2520 x
+# 26624 154.2 -> 146.7; 2621 x 25600 level (148.3); below, L1 holds much of weight and bias and
+# the ring costs its room: 2730 x 24576 145.4 -> 150.6, 3355 x 20000 151.3 -> 163.2. Three slots
+# gained 3.0-5.2%, two 2.1-2.2%, six (192 KiB) lost 3.5-16%; asked for after the row's loads,
+# four slots gained 0.5-1.4% less. Not 16-bit rows: fp16 and bf16 2048 x 65536 0.8-3.3% slower
+# with two to four slots, fp16 2730 x 49152 level, bf16 2520 x 53248 +0.3-0.5%, fp16 2184 x
+# 61440 +4.2%. Nor two rows a block (the second in shared memory, weight and bias loaded once for
+# both): 0.5-9% slower at every row tried.
+AFFINE_RING = 4
+AFFINE_RING_FROM = 200 * 1024
 # The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
 # values in 16-byte packs; two packs a thread up to 4096 values, as torch.compile's
 # kernel holds them (512 threads at 4096), four beyond. In turns with the shapes it had
@@ -563,10 +609,11 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     held = cols // aligned * aligned if edges else cols
     for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
         if block * per_thread * cluster >= held and per_thread >= aligned:
-            kept = (block, cluster) == (1024, 1) and not edges and aligned * itemsize == 16 and \
-                2 * cols * itemsize > WEIGHT_KEPT_IN_L1
+            one_block = (block, cluster) == (1024, 1) and not edges and aligned * itemsize == 16
+            ring = AFFINE_RING if one_block and itemsize == 4 and 2 * cols * itemsize > AFFINE_RING_FROM else 0
+            kept = one_block and not ring and 2 * cols * itemsize > WEIGHT_KEPT_IN_L1
             return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=edges,
-                                    weight_kept_in_l1=kept)
+                                    weight_kept_in_l1=kept, affine_ring=ring)
     return LayerNormVariant("block_fused", dtype, pack, 1024)
 
 

@@ -462,6 +462,68 @@ __device__ __forceinline__ void store_slice(const P (&packs)[kPacks], P* out,
     }
 }
 
+// Or staged through shared memory: weight and bias copied there by cp.async (global to shared
+// memory, past the registers and L1) into Ring slots of a pack pair each. Packs 0 to Ring - 1 are
+// asked for before the row's loads, so they arrive while the row does and the block reduces; pack
+// p + Ring as pack p is stored, into the slot p's pair leaves. A store then waits for L2 once a
+// thread where it waited once a chunk. A thread reads back only the slots it filled: no barrier.
+// The price: Ring * 32 bytes a thread of shared memory, which L1 gives up (128 KiB for 1024 threads
+// of four slots), and weight and bias no longer stay in L1 from one row to the next. Where they
+// would not fit there anyway, in fp32 rows of more than 25 600 values (200 KiB of weight and
+// bias) held by blocks of 1024 threads, that paid (helpers/layernorm_kernels.py's AFFINE_RING, with
+// the numbers); elsewhere L1 served them better.
+template <int Ring, int Stride, typename P, int kPacks>
+struct StagedAffine {
+    static_assert(sizeof(P) == 16 && Ring >= 1 && Ring <= kPacks, "16-byte packs, at most a slot a pack");
+    const P *weight_at, *bias_at;
+    int lane;
+    long long slice_packs;
+    __device__ __forceinline__ StagedAffine(const P* w, const P* b, int lane_, long long slice_packs_)
+        : weight_at(w), bias_at(b), lane(lane_), slice_packs(slice_packs_) {
+#pragma unroll
+        for (int p = 0; p < Ring; ++p) request(p);
+    }
+    // Slot s: the weight pack of each thread at [lane], the bias pack at [Stride + lane].
+    __device__ static P* slot(int s) {
+        extern __shared__ uint4 staged_affine[];  // the launch's dynamic shared memory: Ring * 2 * Stride packs
+        return reinterpret_cast<P*>(staged_affine) + 2 * s * Stride;
+    }
+    // Pack p's weight and bias into slot p % Ring, as one cp.async group (.cg: through L2 only). Past
+    // the slice the group is empty: every thread commits one a pack, so that waits count alike.
+    __device__ __forceinline__ void request(int p) const {
+        const long long at = static_cast<long long>(p) * Stride + lane;
+        if (p < kPacks && at < slice_packs) {
+            P* to = slot(p % Ring);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"(shared_address(to + lane)), "l"(weight_at + at) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"(shared_address(to + Stride + lane)), "l"(bias_at + at) : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    // store_slice's work: the thread's packs normalized, weighted, biased and stored.
+    __device__ __forceinline__ void store(const P (&packs)[kPacks], P* out, float mean, float rstd, float shift) const {
+#pragma unroll
+        for (int p = 0; p < kPacks; ++p) {
+            // Ring + p groups asked for, at most Ring - 1 still in flight: pack p's has come
+            asm volatile("cp.async.wait_group %0;" ::"n"(Ring - 1) : "memory");
+            const long long at = static_cast<long long>(p) * Stride + lane;
+            if (at < slice_packs) {
+                const P* from = slot(p % Ring);
+                store_pack(out + at, normalized(packs[p], from[lane], from[Stride + lane], mean, rstd, shift));
+            }
+            request(p + Ring);  // into the slot just read (its pair went into the store above)
+        }
+    }
+};
+// The kernel's staging: StagedAffine where it is asked for, else nothing (constructed, does nothing).
+struct NoStaging {
+    template <typename... Args>
+    __device__ __forceinline__ NoStaging(Args...) {}
+};
+template <bool Staged, typename Ring> struct StagingFor { using type = NoStaging; };
+template <typename Ring> struct StagingFor<true, Ring> { using type = Ring; };
+
 // Step 4, short rows: a group of GroupWidth lanes per row (a warp, or fewer),
 // ColsPerThread values per lane. Each lane widens its values to float once, as they
 // arrive, and keeps them so: the sum, the squares about the mean and the output then
@@ -812,11 +874,16 @@ template <> struct ColumnCount<true> { using type = int; };
 // WeightKeptInL1: weight and bias loaded with L1::evict_last, so that L1 keeps them from
 // one row to the next over the row's own lines, which arrive with the default priority.
 // The host asks for it where a block of 1024 threads holds the row and weight and bias
-// together take more than 160 KiB (rows of more than 20 480 fp32 or 40 960 16-bit values):
-// there it ran level to 3% faster, and below that up to 1.8% slower (WEIGHT_KEPT_IN_L1 in
+// together take more than 160 KiB (rows of more than 20 480 fp32 or 40 960 16-bit values),
+// but for the fp32 rows that take AffineRing: there it ran level to 3% faster, and below that
+// up to 1.8% slower (WEIGHT_KEPT_IN_L1 in helpers/layernorm_kernels.py, with the measurements).
+// AffineRing, when not 0: weight and bias staged through that many slots of shared memory
+// (StagedAffine), asked for before the row's loads; the launch gives the block AffineRing * 2 *
+// BlockSize * 16 bytes of it. The host asks for four slots where a block of 1024 threads holds an
+// fp32 row of more than 25 600 values: 1.4-7.8% faster than kept in L1 (AFFINE_RING in
 // helpers/layernorm_kernels.py, with the measurements).
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine,
-          bool Edges = false, bool WeightKeptInL1 = false>
+          bool Edges = false, bool WeightKeptInL1 = false, int AffineRing = 0>
 __global__ void __launch_bounds__(BlockSize, (kMinBlocksPerSM<T, PackSize, ColsPerThread, BlockSize, Edges>))
 layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -848,6 +915,13 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 0: a block past the row's end
     const long long slice_packs = max(Col(0), min(share, static_cast<Col>(ends.middle_cols) - first) / PackSize);
     const long long offset = row * cols + ends.head + first;
+    static_assert(AffineRing == 0 || (ClusterSize == 1 && !EarlyAffine && !Edges && !WeightKeptInL1),
+                  "staged weight and bias: a block per row, late, aligned, not also kept in L1");
+    // Staged: weight and bias asked for first (the ring's first slots), then the row; else a no-op.
+    using Staging = typename StagingFor<(AffineRing > 0), StagedAffine<(AffineRing > 0 ? AffineRing : 1), BlockSize,
+                                                                        P, kPacks>>::type;
+    const Staging staged(reinterpret_cast<const P*>(weight + first), reinterpret_cast<const P*>(bias + first),
+                         threadIdx.x, slice_packs);
     P packs[kPacks];
     load_slice<BlockSize>(packs, reinterpret_cast<const P*>(x + offset), threadIdx.x, slice_packs);
     float edge = 0.0f;  // this thread's edge value, if it has one
@@ -872,9 +946,12 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if constexpr (ClusterSize > 1) state = cluster_merge<State, ClusterSize>(state);
     const float rstd = rsqrtf(state.m2 / static_cast<float>(cols) + eps);
     if (rank == 0 && threadIdx.x == 0) write_statistics(mean_out, rstd_out, row, shift + state.mean_, rstd);
-    store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine, Edges>, BlockSize,
-                kAffineAhead<T, PackSize, ColsPerThread, BlockSize, EarlyAffine, Edges>>(
-        packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
+    if constexpr (AffineRing > 0)
+        staged.store(packs, reinterpret_cast<P*>(y + offset), state.mean_, rstd, shift);
+    else
+        store_slice<kAffineChunk<T, PackSize, ColsPerThread, EarlyAffine, Edges>, BlockSize,
+                    kAffineAhead<T, PackSize, ColsPerThread, BlockSize, EarlyAffine, Edges>>(
+            packs, reinterpret_cast<P*>(y + offset), affine, threadIdx.x, slice_packs, state.mean_, rstd, shift);
     if (Edges && ends.col >= 0)  // normalized's formula, for one value
         y[row * cols + ends.col] = narrow<T>((edge - shift - state.mean_) * rstd * widen(weight[ends.col]) +
                                              widen(bias[ends.col]));

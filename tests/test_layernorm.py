@@ -10,8 +10,8 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS, LayerNormVariant, bytes_moved, lane_group_variant,
-                                       layer_norm, max_error, measure_dispatcher, offset_error, reference, variant_for,
-                                       warp_rows_layout, warp_rows_offsets_fit)
+                                       AFFINE_RING, layer_norm, max_error, measure_dispatcher, offset_error, reference,
+                                       variant_for, warp_rows_layout, warp_rows_offsets_fit)
 from helpers.operands import full_pack, np_dtype, widest_pack_for
 
 
@@ -190,11 +190,12 @@ def test_16_bit_rows_of_1024_threads_load_weight_and_bias_ahead_of_their_stores(
 def test_long_rows_of_1024_thread_blocks_keep_weight_and_bias_in_l1():
     """WEIGHT_KEPT_IN_L1: past 160 KiB of weight and bias, where a block of 1024 threads holds the row,
     weight and bias are loaded with L1::evict_last (LDG.E.EL) and the row without it; shorter rows,
-    smaller blocks, clusters and rows with edges load all three alike."""
-    for dtype, shortest, longest in (("float32", 20484, 32768), ("float16", 40968, 65536),
+    smaller blocks, clusters and rows with edges load all three alike, and fp32 rows past 25 600
+    values stage them in shared memory instead (AFFINE_RING)."""
+    for dtype, shortest, longest in (("float32", 20484, 25600), ("float16", 40968, 65536),
                                      ("bfloat16", 40968, 65536)):
         pack = full_pack(dtype)
-        for cols in (shortest - pack, longest + pack, 2 * longest, longest // 2):
+        for cols in (shortest - pack, longest + pack, 32768 + pack, 2 * longest, longest // 2):
             assert not variant_for(cols, dtype, pack).weight_kept_in_l1, (dtype, cols)
         with_edges = variant_for(longest - 1, dtype, pack)
         assert with_edges.edges and not with_edges.weight_kept_in_l1
@@ -205,6 +206,31 @@ def test_long_rows_of_1024_thread_blocks_keep_weight_and_bias_in_l1():
             # the row's packs as before; weight and bias kept, a load each a pack (16-bit: in both of
             # kAffineAhead's loops)
             assert ops["LDG.E.128.CONSTANT"] == packs and ops["LDG.E.EL.128.CONSTANT"] in (2 * packs, 4 * packs), ops
+
+
+def test_long_fp32_rows_of_1024_thread_blocks_stage_weight_and_bias_in_shared_memory():
+    """AFFINE_RING: fp32 rows of 25 601 to 32 768 values in 16-byte packs, a block of 1024 threads a row,
+    copy weight and bias into four slots of shared memory (cp.async: LDGSTS, a pair a pack), the first
+    four before the row's loads; each store waits once (DEPBAR) and reads its pair back (LDS.128). No
+    16-bit row, no row with edges and no row past the block takes it."""
+    for cols in (25604, 30000, 32768):
+        v = variant_for(cols, "float32", 4)
+        assert v.affine_ring == AFFINE_RING == 4 and not v.weight_kept_in_l1, v
+        assert (v.block_size, v.cluster_size, v.shared_bytes) == (1024, 1, 4 * 2 * 16 * 1024), v
+        assert v.config["affine_ring"] == 4 and v.name_expression.endswith(", false, false, 4>"), v
+    for dtype, cols, pack in (("float32", 25600, 4), ("float32", 32772, 4), ("float32", 32767, 4),
+                              ("float32", 30000, 2), ("float16", 65536, 8), ("bfloat16", 60000, 8)):
+        assert not variant_for(cols, dtype, pack).affine_ring, (dtype, cols, pack)
+    v = variant_for(32768, "float32", 4)
+    sass = v.compiled(arch="sm_90").sass(v.name_expression)
+    ops, packs = helpers.opcodes(sass), v.cols_per_thread // v.pack_size
+    assert ops["LDGSTS.E.BYPASS.128"] == 2 * packs and ops["LDS.128"] == 2 * packs, ops
+    assert ops["LDG.E.128.CONSTANT"] == packs and ops["DEPBAR.LE"] == packs and ops["STG.E.128"] == packs, ops
+    assert "LDG.E.EL.128.CONSTANT" not in ops, ops
+    order = re.findall(r"\b(LDGSTS\.E\.BYPASS\.128|LDG\.E\.128\.CONSTANT)", sass)
+    assert order[:8] == ["LDGSTS.E.BYPASS.128"] * 8, order  # four slots asked for before the row's first load
+    resources = v.compiled(arch="sm_90").resources(v.name_expression)
+    assert resources.registers <= 64 and not resources.uses_local_memory, resources
 
 
 def test_rows_with_edges_move_their_middle_and_their_weight_in_16_byte_packs():
@@ -265,6 +291,11 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
                                               (dict(path="cluster", weight_kept_in_l1=True, early_affine=True),
                                                "weight_kept_in_l1"),
                                               (dict(path="cluster", pack_size=2, weight_kept_in_l1=True), "16-byte"),
+                                              (dict(affine_ring=4), "affine_ring is a choice of the cluster path"),
+                                              (dict(path="cluster", cluster_size=2, affine_ring=1), "cluster_size 1"),
+                                              (dict(path="cluster", affine_ring=1, weight_kept_in_l1=True),
+                                               "weight_kept_in_l1"),
+                                              (dict(path="cluster", affine_ring=3), "1 to 2 slots"),
                                               (dict(path="cluster", pack_size=1, cols_per_thread=8, edges=True),
                                                "two values or more"),
                                               (dict(path="warp_rows", dtype="float16", pack_size=8, block_size=32,
@@ -470,7 +501,7 @@ def test_the_dispatcher_on_awkward_shapes(gpu, dtype):
     rng = np.random.default_rng()
     shapes = [(1, c) for c in (1, 7, 768, 1000, 4097, 12289, 100000)] + \
         [(4097, c) for c in (1, 8, 33, 40, 64, 200, 256, 320, 504, 576, 1000, 1536)] + [(5, 1024)] + \
-        [(17, c) for c in (1025, 1030, 4097, 4100, 24576, 32769, 49152, 65536, 65537)] + \
+        [(17, c) for c in (1025, 1030, 4097, 4100, 24576, 26000, 32768, 32769, 49152, 65536, 65537)] + \
         [(3, c) for c in (36001, 80000, 100001, 140000, 200001, 300007)]  # clusters the row fills in part: equal shares
     for rows, cols in shapes:
         host, weight, bias = _operands(rows, cols, dtype, rng)
@@ -486,6 +517,8 @@ VARIANTS += [LayerNormVariant("cluster", d, 8, 1024, 64, cluster_size=k)  # weig
              for d, k in (("float16", 1), ("bfloat16", 8))]
 VARIANTS += [LayerNormVariant("cluster", d, p, b, c, weight_kept_in_l1=True)  # WEIGHT_KEPT_IN_L1
              for d, p, b, c in (("float32", 4, 1024, 32), ("bfloat16", 8, 1024, 64), ("float16", 8, 128, 16))]
+VARIANTS += [LayerNormVariant("cluster", d, p, b, c, affine_ring=r)  # AFFINE_RING, and rings of other sizes
+             for d, p, b, c, r in (("float32", 4, 1024, 32, 4), ("float32", 4, 128, 16, 1), ("float16", 8, 256, 64, 3))]
 VARIANTS += [LayerNormVariant("cluster", "bfloat16", 8, 256, 64, cluster_size=2),
              LayerNormVariant("cluster", "float32", 4, 64, 16, cluster_size=4, early_affine=True),
              LayerNormVariant("warp", "float16", 8, 64, 32, 8, early_affine=True),
