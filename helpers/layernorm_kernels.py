@@ -61,7 +61,7 @@ class LayerNormVariant:
     row_length: int = 0  # warp_rows: the row length compiled in (the kernel then takes rows of that length only); 0: none
     edges: bool = False  # cluster path: rows the pack need not divide (each row's aligned middle in packs, its edges alone)
     weight_kept_in_l1: bool = False  # cluster path: weight and bias loaded with L1::evict_last (WEIGHT_KEPT_IN_L1)
-    affine_ring: int = 0  # cluster path, a block per row: weight and bias staged through this many slots of shared memory
+    affine_ring: int = 0  # cluster path, a block per row: weight and bias staged through this many shared slots
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -345,7 +345,7 @@ WEIGHT_KEPT_IN_L1 = 160 * 1024
 # of shared memory by cp.async (the kernel's StagedAffine), in place of WEIGHT_KEPT_IN_L1's hint.
 # Predicted from the bound (weight and bias taken out, 14-15% faster at fp32 2048 x 32768, the
 # difference in the store phase): a store that waits for L2 once, not once a chunk of two packs,
-# would take back most of it, 152 -> about 140 us. It took back half to two thirds. As landed, in
+# would take back most of it, 152 -> about 140 us. It took back about half of the bound. As landed, in
 # rotated turns with the kernel it replaces (H200, 2026-11-28, 17:02 UTC, five measurements, 256
 # MiB but where named, us, kept in L1 -> ring of four): 2048 x 32768 152.9-153.3 -> 143.6-144.0
 # (3,510 -> 3,736 GB/s), 4096 x 32768 296.0-296.3 -> 274.6-274.8, 2047 x 32768 152.7-153.0 ->
@@ -356,16 +356,16 @@ WEIGHT_KEPT_IN_L1 = 160 * 1024
 # 156.7-157.2: level to 7.8% faster, least where rows start off a 128-byte line (30000, 29000,
 # 27000, 26000 values). Scratch forms before it, against layer_norm()'s kernel (16:44-16:49 UTC,
 # three measurements, us, before -> four slots asked for before the row):
-# 2048 x 32768 152.3 -> 144.8 (three runs: +4.7-5.3%), 4096 x 32768 294.0 -> 275.8, 1024 x 32768
+# 2048 x 32768 152.3 -> 144.8 (two runs: +5.1-5.3%), 4096 x 32768 294.0 -> 275.8, 1024 x 32768
 # 82.8 -> 79.8, 264 x 32768 27.7 -> 27.6, 2047 x 32768 151.4 -> 144.6, 2114 x 31744 152.1 -> 145.1,
 # 2184 x 30720 151.5 -> 143.9, 2236 x 30000 151.9 -> 150.4, 2340 x 28672 151.8 -> 144.9, 2520 x
 # 26624 154.2 -> 146.7; 2621 x 25600 level (148.3); below, L1 holds much of weight and bias and
 # the ring costs its room: 2730 x 24576 145.4 -> 150.6, 3355 x 20000 151.3 -> 163.2. Three slots
 # gained 3.0-5.2%, two 2.1-2.2%, six (192 KiB) lost 3.5-16%; asked for after the row's loads,
-# four slots gained 0.5-1.4% less. Not 16-bit rows: fp16 and bf16 2048 x 65536 0.8-3.3% slower
+# four slots gained 0.5-1.4% less. Not 16-bit rows: fp16 and bf16 2048 x 65536 0.8-4.4% slower
 # with two to four slots, fp16 2730 x 49152 level, bf16 2520 x 53248 +0.3-0.5%, fp16 2184 x
 # 61440 +4.2%. Nor two rows a block (the second in shared memory, weight and bias loaded once for
-# both): 0.5-9% slower at every row tried.
+# both): level to 10% slower (fp16 3355 x 40000 level, fp32 2730 x 24576 7-10% slower).
 AFFINE_RING = 4
 AFFINE_RING_FROM = 200 * 1024
 # The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
