@@ -366,9 +366,12 @@ WEIGHT_KEPT_IN_L1 = 160 * 1024
 # with two to four slots, fp16 2730 x 49152 level, bf16 2520 x 53248 +0.3-0.5%, fp16 2184 x
 # 61440 +4.2%. Nor clusters, nor blocks of 512 (scratch, 17:28 UTC, three measurements, one to four
 # slots): 11-25% slower at fp32 1024 x 65536, 1677 x 40000 and 512 x 131072, fp16 1024 x 131072, 1677
-# x 80000 and 4096 x 32768 (fp32 1024 x 65536: 164.5 -> 189.9 us with four). Nor two rows a block (the
-# second in shared memory, weight and bias loaded once for both): level to 10% slower (fp16 3355 x
-# 40000 level, fp32 2730 x 24576 7-10% slower).
+# x 80000 and 4096 x 32768 (fp32 1024 x 65536: 164.5 -> 189.9 us with four); in clusters of two or
+# four blocks of 1024 threads (17:39 UTC), 3.3-7.8% slower than the same clusters without it, which
+# ran 8-24% behind layer_norm()'s (fp32 1024 x 65536 179.0 -> 186.7 us, 164.8 for layer_norm(); fp32
+# 512 x 131072, fp16 and bf16 1024 x 131072, fp32 1677 x 40000). Nor two rows a block (the second in
+# shared memory, weight and bias loaded once for both): level to 10% slower (fp16 3355 x 40000 level,
+# fp32 2730 x 24576 7-10% slower).
 AFFINE_RING = 4
 AFFINE_RING_FROM = 200 * 1024
 # The streamed path's shapes, (block, values per thread): fp32 rows of 1025 to 8192
