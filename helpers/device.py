@@ -110,7 +110,8 @@ def _open_gpu(index: int) -> Gpu:
             raise NoGpuError("the NVIDIA driver sees no GPU")
         # The codes differ between cuda-python versions: take the ones this version has.
         too_old = {getattr(cu.CUresult, name) for name in (
-            "CUDA_ERROR_INSUFFICIENT_DRIVER", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
+            "CUDA_ERROR_INSUFFICIENT_DRIVER", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+            "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
             "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "CUDA_ERROR_INSUFFICIENT_LOADER_VERSION")
             if hasattr(cu.CUresult, name)}
         if err in too_old:
@@ -292,7 +293,8 @@ def load_module(cubin: bytes, source: str):
 
 def _as_dims(value, what: str) -> tuple:
     dims = (value,) if isinstance(value, (int, np.integer)) else value
-    if not isinstance(dims, tuple) or not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+    if not isinstance(dims, tuple) or not 1 <= len(dims) <= 3 or \
+            not all(isinstance(d, (int, np.integer)) for d in dims):
         raise LaunchConfigError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 

@@ -97,7 +97,8 @@ class GeluVariant(ElementwiseVariant):
         super().__post_init__()
         if self.math not in MATHS:
             raise InputError(f"math must be one of {tuple(MATHS)}, got {self.math!r}")
-        if self.math == "half2" and not (self.dtype == "float16" and self.kernel == "packed" and self.pack_size % 2 == 0):
+        if self.math == "half2" and not (self.dtype == "float16" and self.kernel == "packed" and
+                                         self.pack_size % 2 == 0):
             raise InputError("math='half2' computes pairs of halves: it needs dtype float16, the packed "
                              "kernel and an even pack_size")
         if self.packs_per_thread not in PACKS_PER_THREAD or (self.packs_per_thread > 1 and not self.packed):
@@ -108,13 +109,15 @@ class GeluVariant(ElementwiseVariant):
                              f"for the {self.kernel} kernel")
         if self.evict_first and not (self.packed and self.pack_size == full_pack(self.dtype)):
             raise InputError(f"evict_first loads 16-byte packs: it needs the packed kernel and pack_size "
-                             f"{full_pack(self.dtype)} for {self.dtype}, got {self.kernel} with pack_size {self.pack_size}")
+                             f"{full_pack(self.dtype)} for {self.dtype}, got {self.kernel} with pack_size "
+                             f"{self.pack_size}")
 
     @property
     def name_expression(self) -> str:
         if self.kernel == "packed":
             return (f"gelu_packed<{self.c_type}, {self.pack_size}, {self.block_size}, {MATHS[self.math]}, "
-                    f"{self.packs_per_thread}, {str(self.evict_first).lower()}{', int' if self.index_bits == 32 else ''}>")
+                    f"{self.packs_per_thread}, {str(self.evict_first).lower()}"
+                    f"{', int' if self.index_bits == 32 else ''}>")
         return f"gelu_grid_stride<{self.c_type}, {MATHS[self.math]}>"
 
     @property

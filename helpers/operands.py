@@ -262,7 +262,8 @@ def check_row_fits(kernel: str, cols: int, pack_size: int, edges: bool, max_cols
                          f"edges=True (cluster path); {dispatcher} takes any row")
     held = cols // pack_size * pack_size if edges else cols  # the most a row's middle holds
     if max_cols is not None and held > max_cols:
-        raise InputError(f"{kernel} holds at most {max_cols} values per row{' in its aligned middle' if edges else ''}, "
+        raise InputError(f"{kernel} holds at most {max_cols} values per row"
+                         f"{' in its aligned middle' if edges else ''}, "
                          f"got {held}: use more cols_per_thread, a larger block or cluster, or another path")
 
 

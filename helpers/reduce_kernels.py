@@ -371,7 +371,8 @@ def sanitizer_cases():
     sums += [SumVariant("single_pass", 256, fold, True) for fold in FOLDS]
     cases = [whole(v, n) for v in sums for n in (1, 31, 1023, (1 << 16) + 7)]
     row_variants = [RowVariant(op, "block", b, f) for op in ROW_OPS for b in (32, 256) for f in (1, 8)]
-    row_variants += [RowVariant(op, "warp", b, f, g) for op in ROW_OPS for b in (32, 256) for f in (1, 8) for g in (4, 32)]
+    row_variants += [RowVariant(op, "warp", b, f, g) for op in ROW_OPS for b in (32, 256) for f in (1, 8)
+                     for g in (4, 32)]
     cases += [rows(v, shape) for v in row_variants for shape in ((1, 1), (33, 7), (5, 4097), (3, 1000))]
     cases.append(("bank_conflict_probe strides 1-32", lambda: bank_conflict_cycles(repeats=64)))
     return cases

@@ -163,7 +163,8 @@ class SoftmaxVariant:
         if self.path == "warp":
             return self.cols_per_thread * self.group_width
         if self.path == "cluster":
-            return ClusterShape(self.block_size, self.cols_per_thread, self.cluster_size, self.shared_cols_per_thread).holds
+            return ClusterShape(self.block_size, self.cols_per_thread, self.cluster_size,
+                                self.shared_cols_per_thread).holds
         if self.path == "ft_style":
             return self.block_size
         return None
@@ -624,7 +625,8 @@ def sanitizer_cases():
     cluster_variants = [SoftmaxVariant("cluster", d, 4, 128, 8, cluster_size=c, log=log)
                         for d in ("float32", "float16") for c in (1, 2, 16) for log in (False, True)]
     # With a shared part: cp.async of 16, 8 and 4 bytes and the 2-byte copy, slices cut inside it.
-    cluster_variants += [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=2 * p, log=log)
+    cluster_variants += [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, shared_cols_per_thread=2 * p,
+                                        log=log)
                          for d, p in (("float32", 4), ("float16", 4), ("float16", 2), ("float16", 1))
                          for c in (1, 2) for log in (False, True)]
     cases += [case(v, shape) for v in cluster_variants

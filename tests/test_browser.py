@@ -35,7 +35,8 @@ def _need_browser():
     except ImportError:
         missing.append("selenium")
     if missing:
-        message = f"browser tests need {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        message = (f"browser tests need {', '.join(missing)} "
+                   "(apt-get install chromium chromium-driver; pip install selenium)")
         if REQUIRED:
             pytest.fail(message)
         pytest.skip(message)
@@ -218,7 +219,8 @@ def test_the_explorer_follows_its_control(browser, site):
             before = root.find_element(By.CSS_SELECTOR, "polyline.series").get_attribute("points")
             assert before and "recorded on" in root.text
             dtype = Select(root.find_element(By.CSS_SELECTOR, "select[name=dtype]"))
-            other = next(o.get_attribute("value") for o in dtype.options if o.get_attribute("value") != dtype.first_selected_option.get_attribute("value"))
+            selected = dtype.first_selected_option.get_attribute("value")
+            other = next(o.get_attribute("value") for o in dtype.options if o.get_attribute("value") != selected)
             dtype.select_by_value(other)
             wait(browser, lambda d: int(root.get_attribute("data-drawn")) > before_count, what="a redraw")
             after = root.find_element(By.CSS_SELECTOR, "polyline.series").get_attribute("points")
@@ -280,6 +282,7 @@ def test_a_chapter_runs_in_jupyterlab_and_its_panel_follows_the_block_size(brows
         other = next(o.text for o in block.options if o.text != current)
         block.select_by_visible_text(other)
         wait(browser, lambda d: plot() != before, 120, "the plot to follow the block size")
-        errors = browser.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        errors = browser.find_elements(By.CSS_SELECTOR,
+                                       ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
         tracebacks = [e.text for e in errors if "Traceback" in e.text or "Error" in e.text]
         assert tracebacks == []

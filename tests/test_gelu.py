@@ -5,8 +5,8 @@ import pytest
 import helpers
 from helpers.device import DeviceArray
 from helpers.gelu_kernels import (INDEX32_MOST, MATHS, MOST_VALUES_PER_THREAD, PACKS_PER_THREAD, PEER_TOLERANCE_FACTOR,
-                                  TOLERANCE, GeluVariant, check_gelu, evict_first_for, gelu, gelu_error, packs_per_thread_for,
-                                  random_input, reference, variant_for, within_tolerance)
+                                  TOLERANCE, GeluVariant, check_gelu, evict_first_for, gelu, gelu_error,
+                                  packs_per_thread_for, random_input, reference, variant_for, within_tolerance)
 from helpers.operands import full_pack
 
 FLOAT_MATHS = ("tanh", "erf", "tanh_approx", "sigmoid")
@@ -111,7 +111,8 @@ def test_the_library_makes_its_grid_one_wave_where_it_can():
 
 
 def test_the_library_indexes_with_32_bits_up_to_2_to_the_30_elements():
-    assert variant_for(INDEX32_MOST, "float32", 4).index_bits == 32 and variant_for(INDEX32_MOST + 1, "float16", 8).index_bits == 64
+    assert variant_for(INDEX32_MOST, "float32", 4).index_bits == 32
+    assert variant_for(INDEX32_MOST + 1, "float16", 8).index_bits == 64
     v32 = GeluVariant("packed", "float32", 4, 128, "sigmoid", 2, index_bits=32)
     assert v32.name_expression.endswith(", int>") and v32.config["index_bits"] == 32
     assert "index_bits" not in GeluVariant("packed", "float32", 4).config  # the recorded configs of 64-bit kernels
@@ -131,7 +132,8 @@ def test_the_kernels_the_library_picks_allow_a_full_sm_of_threads():
             if per_thread * full_pack(dtype) <= MOST_VALUES_PER_THREAD:
                 for evict_first in (False, True):
                     for bits in (32, 64):
-                        v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread, evict_first, bits)
+                        v = GeluVariant("packed", dtype, full_pack(dtype), 128, "sigmoid", per_thread, evict_first,
+                                        bits)
                         assert v.compiled().resources(v.name_expression).registers <= 32, v
 
 

@@ -9,9 +9,10 @@ import pytest
 
 import helpers
 from helpers.device import DeviceArray
-from helpers.layernorm_kernels import (C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS, LayerNormVariant, bytes_moved, lane_group_variant,
-                                       AFFINE_RING, layer_norm, max_error, measure_dispatcher, offset_error, reference,
-                                       variant_for, warp_rows_layout, warp_rows_offsets_fit)
+from helpers.layernorm_kernels import (AFFINE_RING, C_TYPES, SLICED_PATHS, TOLERANCE, WARP_ROWS_LAYOUTS,
+                                       LayerNormVariant, bytes_moved, lane_group_variant, layer_norm, max_error,
+                                       measure_dispatcher, offset_error, reference, variant_for, warp_rows_layout,
+                                       warp_rows_offsets_fit)
 from helpers.operands import full_pack, np_dtype, widest_pack_for
 
 
@@ -49,7 +50,8 @@ def test_16_bit_lane_groups_subtract_the_rounded_mean_from_every_value():
     192 and 1000 values at 1e4 + N(0, 1) came out 9-209 times the tolerance off (H200, 2026-11-27);
     this SASS check failed on that form at those lengths too. It runs without a GPU."""
     # an FADD with one operand negated, in either place: the register negated is what is subtracted
-    subtracted = re.compile(r"FADD R\d+, (?:-(R\d+)(?:\.reuse)?, R\d+(?:\.reuse)?|R\d+(?:\.reuse)?, -(R\d+)(?:\.reuse)?)")
+    subtracted = re.compile(r"FADD R\d+, (?:-(R\d+)(?:\.reuse)?, R\d+(?:\.reuse)?"
+                            r"|R\d+(?:\.reuse)?, -(R\d+)(?:\.reuse)?)")
     for dtype in ("float16", "bfloat16"):
         for cols in (7, 184, 192, 248, 1000):
             v = variant_for(cols, dtype, widest_pack_for(cols, dtype), statistics=True)
@@ -73,7 +75,8 @@ def test_warp_rows_loads_each_row_once_and_stores_it_in_one_burst(per_lane, rows
         sass = compiled.sass(v.name_expression)
         ops = helpers.opcodes(sass)
         loads = packs * rows_a_warp
-        assert ops["LDG.E.128.CONSTANT"] == loads and ops["LDG.E.EL.128"] == 2 * packs and ops["STG.E.128"] == loads, ops
+        assert ops["LDG.E.128.CONSTANT"] == loads and ops["LDG.E.EL.128"] == 2 * packs, ops
+        assert ops["STG.E.128"] == loads, ops
         assert sum(n for op, n in ops.items() if op.startswith(("LDG", "STG"))) == 2 * loads + 2 * packs, ops
         assert ops["SHFL.BFLY"] == 2 * (rows_a_warp - 1 + 5 - trading_levels), ops
         assert ops["SHFL.IDX"] == 2 * rows_a_warp, ops
@@ -537,7 +540,8 @@ VARIANTS += [LayerNormVariant("warp_rows", d, 8, 32, c, rows_per_warp=r) for d i
 def test_every_path_against_float64_with_its_statistics(gpu, variant):
     rng = np.random.default_rng()
     cap = variant.max_cols() or 5000
-    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size), (3, cap)):
+    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size),
+                       (3, cap)):
         if not 0 < cols <= cap:
             continue
         host, weight, bias = _operands(rows, cols, variant.dtype, rng)

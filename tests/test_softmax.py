@@ -15,7 +15,8 @@ from helpers.softmax_kernels import (C_TYPES, CLUSTER_SHAPES, MIN_BLOCK_BYTES, P
 
 
 def test_every_path_moves_rows_in_16_byte_packs_without_local_memory():
-    variants = [SoftmaxVariant("warp", "float32", 4, 128, 32, 32, 1), SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 2),
+    variants = [SoftmaxVariant("warp", "float32", 4, 128, 32, 32, 1),
+                SoftmaxVariant("warp", "float16", 8, 128, 8, 4, 2),
                 SoftmaxVariant("block_cached", "float32", 4, 256), SoftmaxVariant("block_uncached", "float16", 8, 256)]
     for v in variants:
         ops = helpers.opcodes(v.compiled(arch="sm_90").sass(v.name_expression))
@@ -124,7 +125,8 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
         for dtype, pack in (("float32", 4 if cols % 4 == 0 else 1), ("float16", 8 if cols % 8 == 0 else 1)):
             v = variant_for(4096, cols, dtype, pack)
             if v.path == "cluster":  # fp32 rows past 512 values: two warps of 16 values a thread
-                assert dtype == "float32" and cols > 512 and (v.block_size, v.cols_per_thread, v.cluster_size) == (64, 16, 1)
+                assert dtype == "float32" and cols > 512
+                assert (v.block_size, v.cols_per_thread, v.cluster_size) == (64, 16, 1)
                 continue
             assert v.path == "warp" and not (dtype == "float32" and cols > 512), (cols, v)
             assert v.cols_per_thread >= (16 if cols > 128 else 16 // np_dtype(dtype).itemsize), (cols, v)
@@ -144,7 +146,8 @@ def test_the_dispatcher_prefers_registers_then_clusters_then_the_uncached_block(
     # rows the pack does not divide keep their packs: the shape of their whole packs, with edges
     assert variant_for(64, 4097, "float32", 4) == SoftmaxVariant("cluster", "float32", 4, 128, 32, edges=True)
     assert variant_for(64, 4098, "float16", 8) == SoftmaxVariant("cluster", "float16", 8, 64, 64, edges=True)
-    assert variant_for(64, 524291, "float32", 4) == dataclasses.replace(variant_for(64, 524288, "float32", 4), edges=True)
+    aligned = variant_for(64, 524288, "float32", 4)
+    assert variant_for(64, 524291, "float32", 4) == dataclasses.replace(aligned, edges=True)
     assert variant_for(64, 1048577, "bfloat16", 8).edges and not variant_for(64, 4096, "float32", 4).edges
     for cols in range(1, 1025):  # short rows: the widest pack that divides the row as well, never edges
         for dtype in ("float32", "float16"):
@@ -312,7 +315,8 @@ def test_the_timed_twin_adds_clock_reads_and_nothing_else():
 def test_cluster_phases_time_the_dispatchers_kernel(gpu):
     phases = cluster_phases(64, 65536, "float16", runs=2)  # checks the output against float64 as well
     assert phases["config"] == variant_for(64, 65536, "float16", 8).config
-    assert list(phases["phases_us"]) == list(PHASES) and phases["blocks"] == 64 * phases["config"].get("cluster_size", 1)
+    assert list(phases["phases_us"]) == list(PHASES)
+    assert phases["blocks"] == 64 * phases["config"].get("cluster_size", 1)
     for median, p90 in phases["phases_us"].values():
         assert 0 <= median <= p90
     assert 0 < phases["lifetime_us"] <= phases["span_us"]
@@ -343,14 +347,16 @@ LONG_VARIANTS += [SoftmaxVariant("cluster", d, p, 64, 2 * p, cluster_size=c, sha
                                           ("float16", 1, 4, 2, False), ("bfloat16", 8, 16, 8, False))]
 LONG_VARIANTS += [SoftmaxVariant("block_uncached", d, 2, 256, online=o, log=log)
                   for d in ("float32", "bfloat16") for o in (False, True) for log in (False, True)]
-LONG_VARIANTS += [SoftmaxVariant("naive", "float16", 1, 256), SoftmaxVariant("ft_style", "float32", 1, 1024, rows_per_block=3)]
+LONG_VARIANTS += [SoftmaxVariant("naive", "float16", 1, 256),
+                  SoftmaxVariant("ft_style", "float32", 1, 1024, rows_per_block=3)]
 
 
 @pytest.mark.parametrize("variant", LONG_VARIANTS, ids=lambda v: v.name_expression)
 def test_every_path_and_its_log_against_float64(gpu, variant):
     rng = np.random.default_rng()
     cap = variant.max_cols() or 5000
-    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size), (3, cap)):
+    for rows, cols in ((1, variant.pack_size), (7, cap - variant.pack_size), (33, cap // 2 + variant.pack_size),
+                       (3, cap)):
         host = (rng.standard_normal((rows, cols)) * 4).astype(np_dtype(variant.dtype))
         masked = host.copy()
         masked[:, 1::5] = -np.inf
