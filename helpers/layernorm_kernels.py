@@ -86,7 +86,7 @@ class LayerNormVariant:
             raise InputError(f"early_affine is a choice of the register paths (warp, cluster), not {self.path}")
         if not self.cache_hints and self.path != "streamed":
             raise InputError(f"cache_hints is a choice of the streamed path, not {self.path}")
-        if self.path == "streamed" and self.pack_size * np_dtype(self.dtype).itemsize != 16:
+        if self.path == "streamed" and self.pack_size != full_pack(self.dtype):
             raise InputError(f"the streamed path loads 16-byte packs (its loads carry cache hints): pack_size must be "
                              f"{full_pack(self.dtype)} for {self.dtype}, got {self.pack_size}")
         if self.path == "unfused" and self.pack_size != 1:
@@ -102,12 +102,12 @@ class LayerNormVariant:
         if self.edges and (self.path != "cluster" or self.pack_size == 1):
             raise InputError("edges is a choice of the cluster path with packs of two values or more")
         if self.weight_kept_in_l1 and (self.path != "cluster" or self.early_affine or self.edges or
-                                       self.pack_size * np_dtype(self.dtype).itemsize != 16):
+                                       self.pack_size != full_pack(self.dtype)):
             raise InputError("weight_kept_in_l1 is a choice of the cluster path with late weight and bias in 16-byte "
                              "packs, without edges")
         if self.affine_ring:
             if self.path != "cluster" or self.cluster_size != 1 or self.early_affine or self.edges or \
-                    self.weight_kept_in_l1 or self.pack_size * np_dtype(self.dtype).itemsize != 16:
+                    self.weight_kept_in_l1 or self.pack_size != full_pack(self.dtype):
                 raise InputError("affine_ring is a choice of the cluster path with a block per row (cluster_size 1), "
                                  "late weight and bias in 16-byte packs, without edges or weight_kept_in_l1")
             if not 1 <= self.affine_ring <= self.cols_per_thread // self.pack_size:
