@@ -618,9 +618,10 @@ def variant_for(cols: int, dtype: str, pack: int, *, streamed: bool = True, stat
     held = cols // aligned * aligned if edges else cols
     for block, per_thread, cluster in CLUSTER_SHAPES[itemsize]:
         if block * per_thread * cluster >= held and per_thread >= aligned:
-            one_block = (block, cluster) == (1024, 1) and not edges and aligned * itemsize == 16
-            ring = AFFINE_RING if one_block and itemsize == 4 and 2 * cols * itemsize > AFFINE_RING_FROM else 0
-            kept = one_block and not ring and 2 * cols * itemsize > WEIGHT_KEPT_IN_L1
+            affine_bytes = 2 * cols * itemsize  # weight and bias
+            one_block = (block, cluster) == (1024, 1) and not edges and aligned == full_pack(dtype)
+            ring = AFFINE_RING if one_block and itemsize == 4 and affine_bytes > AFFINE_RING_FROM else 0
+            kept = one_block and not ring and affine_bytes > WEIGHT_KEPT_IN_L1
             return LayerNormVariant("cluster", dtype, aligned, block, per_thread, cluster_size=cluster, edges=edges,
                                     weight_kept_in_l1=kept, affine_ring=ring)
     return LayerNormVariant("block_fused", dtype, pack, 1024)

@@ -13,6 +13,8 @@
 // multiple of PackSize, but on the cluster path with Edges (below), which splits
 // each row into an aligned middle and its edges; the host picks the widest pack that
 // divides cols, or on that path the widest the pointers allow.
+#include <cuda/std/type_traits>
+
 #include "convert.cuh"
 #include "edges.cuh"
 #include "reduce.cuh"
@@ -494,10 +496,8 @@ struct StagedAffine {
         const long long at = static_cast<long long>(p) * Stride + lane;
         if (p < kPacks && at < slice_packs) {
             P* to = slot(p % Ring);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"(shared_address(to + lane)), "l"(weight_at + at) : "memory");
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"(shared_address(to + Stride + lane)), "l"(bias_at + at) : "memory");
+            cp_async_16_bytes(shared_address(to + lane), weight_at + at);
+            cp_async_16_bytes(shared_address(to + Stride + lane), bias_at + at);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -516,13 +516,11 @@ struct StagedAffine {
         }
     }
 };
-// The kernel's staging: StagedAffine where it is asked for, else nothing (constructed, does nothing).
+// The kernel's staging where none is asked for: constructed, does nothing.
 struct NoStaging {
     template <typename... Args>
     __device__ __forceinline__ NoStaging(Args...) {}
 };
-template <bool Staged, typename Ring> struct StagingFor { using type = NoStaging; };
-template <typename Ring> struct StagingFor<true, Ring> { using type = Ring; };
 
 // Step 4, short rows: a group of GroupWidth lanes per row (a warp, or fewer),
 // ColsPerThread values per lane. Each lane widens its values to float once, as they
@@ -880,7 +878,7 @@ template <> struct ColumnCount<true> { using type = int; };
 // AffineRing, when not 0: weight and bias staged through that many slots of shared memory
 // (StagedAffine), asked for before the row's loads; the launch gives the block AffineRing * 2 *
 // BlockSize * 16 bytes of it. The host asks for four slots where a block of 1024 threads holds an
-// fp32 row of more than 25 600 values: 1.4-7.8% faster than kept in L1 (AFFINE_RING in
+// fp32 row of more than 25 600 values: level to 7.8% faster than kept in L1 (AFFINE_RING in
 // helpers/layernorm_kernels.py, with the measurements).
 template <typename T, int PackSize, int ColsPerThread, int BlockSize, int ClusterSize, bool EarlyAffine,
           bool Edges = false, bool WeightKeptInL1 = false, int AffineRing = 0>
@@ -918,8 +916,9 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     static_assert(AffineRing == 0 || (ClusterSize == 1 && !EarlyAffine && !Edges && !WeightKeptInL1),
                   "staged weight and bias: a block per row, late, aligned, not also kept in L1");
     // Staged: weight and bias asked for first (the ring's first slots), then the row; else a no-op.
-    using Staging = typename StagingFor<(AffineRing > 0), StagedAffine<(AffineRing > 0 ? AffineRing : 1), BlockSize,
-                                                                        P, kPacks>>::type;
+    using Staging = cuda::std::conditional_t<(AffineRing > 0),
+                                             StagedAffine<(AffineRing > 0 ? AffineRing : 1), BlockSize, P, kPacks>,
+                                             NoStaging>;
     const Staging staged(reinterpret_cast<const P*>(weight + first), reinterpret_cast<const P*>(bias + first),
                          threadIdx.x, slice_packs);
     P packs[kPacks];

@@ -145,6 +145,16 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// One 16-byte cp.async from global to shared memory, .cg: through L2 only, past L1 and the
+// registers (softmax's shared part of a row, LayerNorm's staged weight and bias). Offset is
+// added to both addresses as an immediate, so that a thread copying several packs keeps one
+// base register per side (a pointer per pack would cost two registers each).
+template <int Offset = 0>
+__device__ __forceinline__ void cp_async_16_bytes(unsigned shared_to, const void* global_from) {
+    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(shared_to), "l"(global_from), "n"(Offset)
+                 : "memory");
+}
+
 // Every thread, before cluster_merge (softmax: at the kernel's start): thread 0 makes
 // the inbox's mbarrier, and the block arrives (relaxed: nothing to publish yet) at the
 // cluster barrier that cluster_merge waits on before it writes into other blocks'
