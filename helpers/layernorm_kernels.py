@@ -101,13 +101,14 @@ class LayerNormVariant:
                              f"({self.cols_per_thread}, {self.rows_per_warp})")
         if self.edges and (self.path != "cluster" or self.pack_size == 1):
             raise InputError("edges is a choice of the cluster path with packs of two values or more")
-        if self.weight_kept_in_l1 and (self.path != "cluster" or self.early_affine or self.edges or
-                                       self.pack_size != full_pack(self.dtype)):
+        # weight_kept_in_l1 and affine_ring load weight and bias their own way: late, in whole 16-byte packs
+        late_16_byte_cluster = self.path == "cluster" and not self.early_affine and not self.edges and \
+            self.pack_size == full_pack(self.dtype)
+        if self.weight_kept_in_l1 and not late_16_byte_cluster:
             raise InputError("weight_kept_in_l1 is a choice of the cluster path with late weight and bias in 16-byte "
                              "packs, without edges")
         if self.affine_ring:
-            if self.path != "cluster" or self.cluster_size != 1 or self.early_affine or self.edges or \
-                    self.weight_kept_in_l1 or self.pack_size != full_pack(self.dtype):
+            if not late_16_byte_cluster or self.cluster_size != 1 or self.weight_kept_in_l1:
                 raise InputError("affine_ring is a choice of the cluster path with a block per row (cluster_size 1), "
                                  "late weight and bias in 16-byte packs, without edges or weight_kept_in_l1")
             if not 1 <= self.affine_ring <= self.cols_per_thread // self.pack_size:
