@@ -306,22 +306,38 @@ __device__ __forceinline__ Pack<T, N> realigned(const Pack<T, N>& lo, const Pack
     return pack;
 }
 
-// A 16-byte pack loaded with L1::evict_last: weight and bias, read by every warp of the SM.
-// ReadOnly: through the read-only path (ld.global.nc), as the compiler loads a const
-// __restrict__ pointer's data; the block path takes it (Affine's KeptInL1), where the plain
+// How a 16-byte load may use the caches.
+// ReadOnly: the read-only path (ld.global.nc), as the compiler loads a const __restrict__
+// pointer's data. KeptInL1: L1::evict_last, for weight and bias, read by every warp of the SM;
+// KeptInL1ReadOnly: both. The block path takes the last (Affine's KeptInL1), where the plain
 // ld.global.L1::evict_last ran 0.5-2.2% slower at fp32 rows of 17 000 to 26 000 values and
-// within 0.7% at the others tried (H200, scratch, 2026-11-28, in turns). warp_rows keeps the
-// plain form, which it was tuned with.
-template <bool ReadOnly = false, typename P>
-__device__ __forceinline__ P load_kept_in_l1(const P* src) {
+// within 0.7% at the others tried (H200, scratch, 2026-11-28, in turns); warp_rows keeps the
+// plain form, which it was tuned with. Keep and LastUse (layernorm_streamed, step 5): L1's
+// evict_last and evict_first, with an L2 policy from l2_policy, below.
+enum class Reuse { ReadOnly, KeptInL1, KeptInL1ReadOnly, Keep, LastUse };
+
+// A load with a hint is PTX the compiler will not reorder, merge or drop: layernorm_streamed's
+// pass 2 load is a real second read (a plain load of a const __restrict__ pointer could be
+// served from pass 1's registers). 16-byte packs only: the widths these paths were measured with.
+template <Reuse How, typename P>
+__device__ __forceinline__ P load_with_hint(const P* src, unsigned long long l2_policy = 0) {
     static_assert(sizeof(P) == 16, "16-byte packs");
     unsigned w[4];
-    if constexpr (ReadOnly)
-        asm("ld.global.nc.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
-    else
-        asm("ld.global.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    if constexpr (How == Reuse::ReadOnly)
+        asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    else if constexpr (How == Reuse::KeptInL1)
+        asm volatile("ld.global.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    else if constexpr (How == Reuse::KeptInL1ReadOnly)
+        asm volatile("ld.global.nc.L1::evict_last.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
+    else if constexpr (How == Reuse::Keep)
+        asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
+    else  // LastUse
+        asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
     P pack;
     memcpy(&pack, w, 16);
     return pack;
@@ -360,7 +376,7 @@ struct Affine {
     // Pack `at` of the slice (a copy: passed by reference, a late pack was loaded value by value).
     __device__ __forceinline__ P fetch(const P* from, long long at) const {
         if constexpr (KeptInL1) {
-            return load_kept_in_l1<true>(from + at);
+            return load_with_hint<Reuse::KeptInL1ReadOnly>(from + at);
         } else if constexpr (!Shifted) {
             return from[at];
         } else {
@@ -801,8 +817,8 @@ layernorm_warp_rows(const T* __restrict__ x, const T* __restrict__ weight, const
 #pragma unroll
     for (int p = 0; p < Packs; ++p)
         if (in_row[p]) {
-            scale[p] = load_kept_in_l1(reinterpret_cast<const P*>(weight) + lane + 32 * p);
-            offset[p] = load_kept_in_l1(reinterpret_cast<const P*>(bias) + lane + 32 * p);
+            scale[p] = load_with_hint<Reuse::KeptInL1>(reinterpret_cast<const P*>(weight) + lane + 32 * p);
+            offset[p] = load_with_hint<Reuse::KeptInL1>(reinterpret_cast<const P*>(bias) + lane + 32 * p);
         }
     float m2[Rows], correction[Rows];
 #pragma unroll
@@ -917,7 +933,7 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
                   "staged weight and bias: a block per row, late, aligned, not also kept in L1");
     // Staged: weight and bias asked for first (the ring's first slots), then the row; else a no-op.
     using Staging = cuda::std::conditional_t<(AffineRing > 0),
-                                             StagedAffine<(AffineRing > 0 ? AffineRing : 1), BlockSize, P, kPacks>,
+                                             StagedAffine<AffineRing, BlockSize, P, kPacks>,
                                              NoStaging>;
     const Staging staged(reinterpret_cast<const P*>(weight + first), reinterpret_cast<const P*>(bias + first),
                          threadIdx.x, slice_packs);
@@ -954,31 +970,6 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     if (Edges && ends.col >= 0)  // normalized's formula, for one value
         y[row * cols + ends.col] = narrow<T>((edge - shift - state.mean_) * rstd * widen(weight[ends.col]) +
                                              widen(bias[ends.col]));
-}
-
-// How a load may use the caches (layernorm_streamed, step 5).
-enum class Reuse { ReadOnly, Keep, LastUse };
-
-// A load with a hint is PTX the compiler will not reorder, merge or drop: pass 2's
-// load is a real second read (a plain load of a const __restrict__ pointer could be
-// served from pass 1's registers). 16-byte packs only: the host launches this path
-// with them alone (the widths it was measured with).
-template <Reuse How, typename P>
-__device__ __forceinline__ P load_with_hint(const P* src, unsigned long long l2_policy) {
-    static_assert(sizeof(P) == 16, "16-byte packs");
-    unsigned w[4];
-    if constexpr (How == Reuse::Keep)
-        asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
-    else if constexpr (How == Reuse::LastUse)
-        asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src), "l"(l2_policy));
-    else  // the read-only path, as the compiler loads weight and bias
-        asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(src));
-    P pack;
-    memcpy(&pack, w, 16);
-    return pack;
 }
 
 // An L2 policy for loads that carry one: evict_last (keep) or evict_first (last use), for all of L2.
@@ -1067,8 +1058,8 @@ layernorm_streamed(const T* __restrict__ x, const T* __restrict__ weight, const 
         const long long at = p * BlockSize + threadIdx.x;
         if (at < row_packs) {
             const P values = load_with_hint<kSecondRead>(&in[at], last_use);
-            const P scale = load_with_hint<Reuse::ReadOnly>(&w[at], 0);
-            const P offset = load_with_hint<Reuse::ReadOnly>(&b[at], 0);
+            const P scale = load_with_hint<Reuse::ReadOnly>(&w[at]);
+            const P offset = load_with_hint<Reuse::ReadOnly>(&b[at]);
             const P result = normalized(values, scale, offset, state.mean_, rstd, shift);
             if constexpr (CacheHints) store_past_l1(out + at, result); else store_pack(out + at, result);
         }
