@@ -512,8 +512,8 @@ struct StagedAffine {
         const long long at = static_cast<long long>(p) * Stride + lane;
         if (p < kPacks && at < slice_packs) {
             P* to = slot(p % Ring);
-            cp_async_16_bytes(shared_address(to + lane), weight_at + at);
-            cp_async_16_bytes(shared_address(to + Stride + lane), bias_at + at);
+            cp_async_bytes<16>(shared_address(to + lane), weight_at + at);
+            cp_async_bytes<16>(shared_address(to + Stride + lane), bias_at + at);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }

@@ -145,14 +145,21 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// One 16-byte cp.async from global to shared memory, .cg: through L2 only, past L1 and the
-// registers (softmax's shared part of a row, LayerNorm's staged weight and bias). Offset is
-// added to both addresses as an immediate, so that a thread copying several packs keeps one
-// base register per side (a pointer per pack would cost two registers each).
-template <int Offset = 0>
-__device__ __forceinline__ void cp_async_16_bytes(unsigned shared_to, const void* global_from) {
-    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(shared_to), "l"(global_from), "n"(Offset)
-                 : "memory");
+// One cp.async of Bytes (4, 8 or 16) from global to shared memory, past the registers
+// (softmax's shared part of a row, LayerNorm's staged weight and bias). 16 bytes go .cg:
+// through L2 only, past L1, since each is read once; .cg takes nothing smaller, so 4 and
+// 8 bytes go .ca. Offset is added to both addresses as an immediate, so that a thread
+// copying several packs keeps one base register per side (a pointer per pack would cost
+// two registers each).
+template <int Bytes, int Offset = 0>
+__device__ __forceinline__ void cp_async_bytes(unsigned shared_to, const void* global_from) {
+    static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async moves 4, 8 or 16 bytes");
+    if constexpr (Bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(shared_to), "l"(global_from),
+                     "n"(Offset) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%2], %3;" ::"r"(shared_to), "l"(global_from),
+                     "n"(Offset), "n"(Bytes) : "memory");
 }
 
 // Every thread, before cluster_merge (softmax: at the kernel's start): thread 0 makes

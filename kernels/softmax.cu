@@ -265,11 +265,8 @@ __device__ __forceinline__ void cp_async_packs(P* shared_first, const P* global_
         constexpr int kOffset = Q * Stride;
         const unsigned dst = shared_address(shared_first);
         if (Q < in_range) {
-            if constexpr (sizeof(P) == 16)  // .cg: caches in L2 only; the row is read once
-                cp_async_16_bytes<kOffset>(dst, global_first);
-            else if constexpr (sizeof(P) == 4 || sizeof(P) == 8)
-                asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%2], %3;"
-                             ::"r"(dst), "l"(global_first), "n"(kOffset), "n"(sizeof(P)) : "memory");
+            if constexpr (sizeof(P) >= 4)
+                cp_async_bytes<sizeof(P), kOffset>(dst, global_first);
             else
                 shared_first[kOffset / sizeof(P)] = global_first[kOffset / sizeof(P)];
         }
