@@ -445,16 +445,29 @@ PAIRS_LANE_VALUES = 8
 # level; 512: 130.34 -> 133.44), nor in 16-bit groups (fp16 64: 129.18 -> 129.76, 128: 131.17 ->
 # 131.87). Why four warps pay there, we have not found.
 PAIRS_NARROW_BLOCK = 128
-# HALF_FOUR_PACKS: fp16 rows that take four 16-byte packs a lane of a whole warp (776 to 1024
-# values) load weight and bias with the row, in blocks of two warps (80 registers against 64: 12
-# blocks an SM, 24 warps, against 32 one-warp blocks). In rotated turns (H200, 2026-11-26, three
-# measurements, 131072 x 1024, us, one warp -> two with weight and bias early (torch.compile)):
-# 131.76 -> 131.20 (132.08), 131.94 -> 131.14 (132.30), 131.90 -> 130.98 (132.51); one earlier
-# run (2026-11-25) 131.49 -> 130.72. Two warps without the early loads: 132.11-132.19. Not in
-# bf16 (87 registers): 132.1-132.3 -> 137.1-137.5 (torch.compile 131.8-132.0), nor with fewer
-# packs a lane (fp16 512: 130.8 -> 133.5, 768: 130.6 -> 131.6, 2026-11-24). Why bf16 loses this
-# much, we have not found.
-HALF_EARLY_LANE_VALUES = 32
+# WHOLE_WARP_EARLY: 16-bit rows in a whole warp, in 16-byte packs, whose weight and bias are loaded
+# with the row (early_affine): (fewest packs, most). It pays where the lanes' slots are all filled
+# (512 and 768 values: 64 and 96 packs) or at most 7 of 128 are empty (968 to 1024 values), and
+# costs where more are empty (776 to 960). Our reading, not tested further: the early kernel keeps
+# its 80 registers, and so its 25 one-warp blocks an SM, however little of the fourth slot is
+# filled, so the bytes it has in flight fall with the row, while the late one (64 registers, 32
+# blocks) holds more warps. In rotated turns with torch.compile (H200, scratch, 2026-11-28,
+# 23:16-23:28 UTC, 256 MiB, runs of three or five measurements, x torch.compile's speed, late ->
+# early): 512 fp16 0.993-0.999 -> 0.996-1.003 (two runs), bf16 0.998-1.003 -> 1.004-1.006 (three);
+# 768 fp16 1.001 -> 1.004, bf16 1.000 -> 1.004 (one run; in two-warp blocks, three runs,
+# 1.003-1.005); 968 fp16 0.995-0.996 -> 0.997-0.998, bf16 0.996 -> 1.001-1.006; 1000 fp16
+# 0.996-0.998 -> 1.004-1.011, bf16 0.995-0.997 -> 1.008-1.011; 1024 fp16 1.000-1.002 ->
+# 1.009-1.012, bf16 0.998-0.999 -> 1.006-1.008. Early lost at 776 (fp16 0.987-0.993 ->
+# 0.929-0.933), less as the fourth slot fills (904: 0.994-0.998 -> 0.979-0.988; 952: fp16 0.997
+# -> 0.994, bf16 0.996 -> 1.002), and at bf16 480 and 496 (four and two of 64 slots empty: 0.997 ->
+# 0.983, 1.000 -> 0.990). From 776 to 952 the late kernel is the faster, at 0.985-1.002x
+# torch.compile's speed (776: 0.985-0.993x); no layout of ours timed there did better (blocks of a
+# row, 64 threads of two packs or 128 of one: 0.42-0.80x). One-warp blocks, as the other
+# whole-warp lanes: two-warp blocks were 0.02-0.2% slower in nine of eleven pairs, up to 0.13%
+# faster in two. They had been the rule for fp16 from 776 to 1024 values (measured at 1024 only,
+# 2026-11-26, 0.4-0.7% ahead of one-warp blocks loading late), when bf16 took 87 registers there
+# and lost 4%; the kernel has changed since, and both take 80 (NVRTC 13.0 and 13.5).
+WHOLE_WARP_EARLY = ((64, 64), (96, 96), (121, 128))
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
 # slot, always empty, had cost registers and predicated instructions). In turns on the H200
@@ -564,9 +577,8 @@ def lane_group_variant(cols: int, dtype: str, pack: int) -> LayerNormVariant:
             group, per_thread = group // 2, narrower
             block = WIDE_LANE_BLOCK if packs % group == 0 else LANE_GROUP_BLOCK
     early = (itemsize == 4 and full and cols >= 256) or \
-            (itemsize == 2 and full and per_thread == LANE_VALUES and group < 32 and cols >= 64)
-    if dtype == "float16" and full and group == 32 and per_thread == HALF_EARLY_LANE_VALUES:  # HALF_FOUR_PACKS
-        block, early = LANE_GROUP_BLOCK, True
+            (itemsize == 2 and full and per_thread == LANE_VALUES and group < 32 and cols >= 64) or \
+            (itemsize == 2 and full and group == 32 and any(low <= packs <= high for low, high in WHOLE_WARP_EARLY))
     return LayerNormVariant("warp", dtype, pack, block, per_thread, group, early_affine=early)
 
 

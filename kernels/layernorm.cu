@@ -870,12 +870,6 @@ template <typename T, int PackSize, int ColsPerThread, int BlockSize, bool Edges
 constexpr int kMinBlocksPerSM =
     sizeof(T) == 2 && PackSize == 8 && ColsPerThread == 32 && BlockSize == 64 && !Edges ? 22 : 0;
 
-// The type layernorm_cluster_per_row counts a row's columns in: int for packs (a row on
-// chip is well under 2^31 values; the kernel tells what 64 bits cost), long long for lone
-// values (in 32 bits they took more registers).
-template <bool InInt> struct ColumnCount { using type = long long; };
-template <> struct ColumnCount<true> { using type = int; };
-
 // Step 4, long rows: the row in the registers of a block, or of a cluster of
 // ClusterSize blocks (block `rank` holds columns [rank * slice, (rank + 1) *
 // slice), slice = BlockSize * ColsPerThread), as in softmax's cluster kernel.
@@ -923,7 +917,7 @@ layernorm_cluster_per_row(const T* __restrict__ x, const T* __restrict__ weight,
     // 65536 x 2048 +4.5-4.8%, fp32 2048 x 32768 +2.1-2.5%; rows with Edges fp16 32760 x 4097
     // +7.3-7.5%, fp32 2047 x 32769 +5.6-6.5%; fp32 16380 x 4097 -0.2 to -0.4%; the rest within
     // 0.6%. Lone values keep 64 bits: in 32 they took more registers (fp32 512 x 32: 64 -> 98).
-    using Col = typename ColumnCount<(PackSize > 1)>::type;
+    using Col = cuda::std::conditional_t<(PackSize > 1), int, long long>;
     const Col share = cluster_share<PackSize, ClusterSize, static_cast<int>(kSlice)>(ends.middle_cols);
     const Col first = static_cast<Col>(rank) * share;  // the block's first column of the middle
     // 0: a block past the row's end

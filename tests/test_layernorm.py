@@ -268,8 +268,7 @@ def test_bf16_rows_take_the_registers_of_fp16_rows():
         bf16 = dataclasses.replace(half, dtype="bfloat16")  # the same shape in bf16
         registers = [v.compiled(arch="sm_90").resources(v.name_expression).registers for v in (half, bf16)]
         assert registers[1] <= registers[0] + 8, (bf16, registers)
-        # the dispatcher gives bf16 fp16's shape, but for fp16's four-pack lanes (HALF_FOUR_PACKS)
-        assert (variant_for(cols, "bfloat16", 8) == bf16) == (cols != 1024), cols
+        assert variant_for(cols, "bfloat16", 8) == bf16, cols  # the dispatcher gives bf16 fp16's shape
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(path="tree"), "path must be one of"),
@@ -325,7 +324,7 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     assert variant_for(640, "float32", 4).pack_size == variant_for(192, "float32", 4).pack_size == 4
     # 16-bit rows of 64 to 256 values load weight and bias with the row too
     assert variant_for(256, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 16, 16, early_affine=True)
-    assert variant_for(64, "bfloat16", 8).early_affine and not variant_for(512, "float16", 8).early_affine
+    assert variant_for(64, "bfloat16", 8).early_affine and not variant_for(336, "float16", 8).early_affine
     # 16-bit rows that leave an eighth of the group's slots empty or more: a group half as wide,
     # each lane the packs it needs; one warp a block where that fills the group (PART_FILLED)
     assert lane_group_variant(192, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 8)
@@ -379,15 +378,17 @@ def test_the_dispatcher_prefers_a_lane_group_then_a_block_then_a_cluster():
     # ...and one-warp blocks where a lane holds more (rows of 513 to 1024 values)
     # a whole warp: each lane as many packs as the row needs (768 values: 24 a lane, not 32)
     assert variant_for(768, "float32", 4) == LayerNormVariant("warp", "float32", 4, 32, 24, 32, early_affine=True)
-    assert variant_for(768, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 24, 32)
+    assert variant_for(768, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 24, 32, early_affine=True)
     assert variant_for(520, "float32", 4).cols_per_thread == 20 and variant_for(513, "float16", 1).cols_per_thread == 17
-    assert variant_for(1024, "bfloat16", 8) == LayerNormVariant("warp", "bfloat16", 8, 32, 32, 32)
-    # fp16 lanes of four 16-byte packs in a whole warp: two-warp blocks, weight and bias early
-    # (HALF_FOUR_PACKS); not bf16, not three packs, not narrower packs
-    assert variant_for(1024, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 32, early_affine=True)
-    assert variant_for(776, "float16", 8) == LayerNormVariant("warp", "float16", 8, 64, 32, 32, early_affine=True)
-    assert variant_for(768, "float16", 8) == LayerNormVariant("warp", "float16", 8, 32, 24, 32)
-    assert variant_for(1024, "float16", 4) == LayerNormVariant("warp", "float16", 4, 32, 32, 32)
+    # 16-bit rows in a whole warp load weight and bias with the row where the lanes' 16-byte
+    # slots are full or nearly so, and at the stores where more are empty (WHOLE_WARP_EARLY)
+    for cols, block, per_lane, early in ((512, 64, 16, True), (768, 32, 24, True), (776, 32, 32, False),
+                                         (960, 32, 32, False), (968, 32, 32, True), (1024, 32, 32, True)):
+        for dtype in ("float16", "bfloat16"):
+            assert variant_for(cols, dtype, 8) == LayerNormVariant("warp", dtype, 8, block, per_lane, 32,
+                                                                   early_affine=early), (cols, dtype)
+    assert not variant_for(480, "bfloat16", 8).early_affine  # bf16 480 and 496 (WARP_ROWS_EXCEPT): 60 and 62 of 64
+    assert variant_for(1024, "float16", 4) == LayerNormVariant("warp", "float16", 4, 32, 32, 32)  # 8-byte packs: late
     assert variant_for(7, "float16", 1) == LayerNormVariant("warp", "float16", 1, 64, 16, 1)
     assert variant_for(2048, "float16", 8) == LayerNormVariant("cluster", "float16", 8, 64, 32)  # past 1024 values
     for cols in (8193, 16384, 65536, 262144, 524288):
