@@ -451,7 +451,9 @@ PAIRS_NARROW_BLOCK = 128
 # costs where more are empty (776 to 960). Our reading, not tested further: the early kernel keeps
 # its 80 registers, and so its 25 one-warp blocks an SM, however little of the fourth slot is
 # filled, so the bytes it has in flight fall with the row, while the late one (64 registers, 32
-# blocks) holds more warps. In rotated turns with torch.compile (H200, scratch, 2026-11-28,
+# blocks) holds more warps. It does not explain all: the late kernel in two-warp blocks (56
+# registers, 36 warps an SM) ran level with its one-warp blocks at fp16 776 and 896 (0.993x and
+# 0.999x against 0.993x and 1.002x). In rotated turns with torch.compile (H200, scratch, 2026-11-28,
 # 23:16-23:28 UTC, 256 MiB, runs of three or five measurements, x torch.compile's speed, late ->
 # early): 512 fp16 0.993-0.999 -> 0.996-1.003 (two runs), bf16 0.998-1.003 -> 1.004-1.006 (three);
 # 768 fp16 1.001 -> 1.004, bf16 1.000 -> 1.004 (one run; in two-warp blocks, three runs,
