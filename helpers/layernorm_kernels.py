@@ -469,6 +469,9 @@ PAIRS_NARROW_BLOCK = 128
 # faster in two. They had been the rule for fp16 from 776 to 1024 values (measured at 1024 only,
 # 2026-11-26, 0.4-0.7% ahead of one-warp blocks loading late), when bf16 took 87 registers there
 # and lost 4%; the kernel has changed since, and both take 80 (NVRTC 13.0 and 13.5).
+# The chapter's recording (H200, 2026-11-29, the section "Weight and bias early, in whole warps"),
+# early / late, fp16 and bf16: 768 1.004 and 1.003, 776 0.941 and 0.953, 904 0.984 and 0.990, 968
+# 1.001 and 1.007, 1024 1.010 both; layer_norm() / torch.compile 0.986-0.989 at 776, 1.009-1.010 at 1024.
 WHOLE_WARP_EARLY = ((64, 64), (96, 96), (121, 128))
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
