@@ -472,6 +472,10 @@ PAIRS_NARROW_BLOCK = 128
 # The chapter's recording (H200, 2026-11-29, the section "Weight and bias early, in whole warps"),
 # early / late, fp16 and bf16: 768 1.004 and 1.003, 776 0.941 and 0.953, 904 0.984 and 0.990, 968
 # 1.001 and 1.007, 1024 1.010 both; layer_norm() / torch.compile 0.986-0.989 at 776, 1.009-1.010 at 1024.
+# torch.compile's kernel at 776 (dumped, PyTorch 2.11, 2026-11-29) has our layout in 64 registers and
+# loads all of a lane's weight and bias after the statistics, before its first store; ours, given that
+# order, took 77 registers and ran as the early one (0.922-0.925x at 776, 0.974-0.976x at 904; capped
+# at 64: 40 B spilled, 0.77-0.84x), and 8- or 4-byte packs lost 1.6-17% (H200, scratch, same day).
 WHOLE_WARP_EARLY = ((64, 64), (96, 96), (121, 128))
 # WARP_EXACT: a row that takes a whole warp (513 to 1024 values) gives each lane the packs it
 # needs, not a power of two of them: at 768 values, 24 a lane instead of 32 (the fourth pack's
